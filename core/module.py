@@ -1,0 +1,34 @@
+"""The contract every driver and service keeps with the supervisor."""
+
+OK = "OK"
+WARN = "WARN"
+FAILED = "FAILED"
+
+
+class Module:
+    """Base of drivers and services: construct allocates, start() touches hardware, poll() is a bounded slice."""
+
+    name = "module"
+
+    def __init__(self):
+        self.state = OK
+        self.counters = {}
+
+    def start(self):
+        """Acquire hardware or sockets; may raise."""
+
+    def poll(self, now_ms):
+        """Do a bounded slice of work; return quickly."""
+
+    def stop(self):
+        """Release what start() acquired; must not raise."""
+
+    def count(self, key, n=1):
+        """Add n to a named counter."""
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    def describe(self):
+        """Small dict for /system/info."""
+        d = {"state": self.state}
+        d.update(self.counters)
+        return d

