@@ -1,0 +1,126 @@
+"""Meter Plus: the composition root. Builds drivers and services from CircuitPython modules and runs the supervisor."""
+
+import gc
+import os
+import time
+
+import board
+import busio
+import digitalio
+import microcontroller
+import neopixel
+import socketpool
+import wifi
+from adafruit_ticks import ticks_ms
+
+from core.app import App
+from core.bus import Bus
+from core.log import Log
+from core.settings import Settings
+from core.supervisor import Supervisor
+from drivers.button import Button
+from drivers.status_led import StatusLed
+from services import http_api
+from services.lifecycle import Lifecycle
+
+SETTINGS_PATH = "settings.json"
+TOKENS_PATH = "tokens.json"
+CA_PATH = "mqtt_ca.pem"
+WATCHDOG_S = 30          # a stalled loop restarts the chip after this long
+IDLE_SLEEP_S = 0.005     # yields the CPU between cycles; the UART buffer covers 4 s at 9600 baud
+
+
+def env(name, default):
+    """A settings.toml value, read once (os.getenv re-parses the file on every call)."""
+    value = os.getenv(name)
+    return default if value is None or value == "" else value
+
+
+def pin(name):
+    """A board pin by its name in settings.toml."""
+    return getattr(board, name)
+
+
+def device_id(radio):
+    """Last 12 hex digits of the MAC: the spec's device id."""
+    return "".join("%02x" % b for b in radio.mac_address)[-12:]
+
+
+def build():
+    """Construct every driver and service (allocation only) and register them with the supervisor."""
+    log = Log(capacity=64, echo=print)
+    bus = Bus()
+    settings = Settings(SETTINGS_PATH)
+    app = App(bus, settings, log)
+    app.radio = wifi.radio
+    app.device_id = device_id(wifi.radio)
+    app.mem_free = gc.mem_free
+    app.boot_ticks = ticks_ms()
+    app.reset_reason = str(microcontroller.cpu.reset_reason).split(".")[-1]
+
+    wd = microcontroller.watchdog
+    try:
+        from watchdog import WatchDogMode
+
+        wd.timeout = WATCHDOG_S
+        wd.mode = WatchDogMode.RESET
+    except (ImportError, ValueError, RuntimeError) as exc:
+        log.warning("watchdog unavailable: %s", exc)
+        wd = None
+
+    sup = Supervisor(ticks_ms, watchdog=wd, gc_collect=gc.collect, log=log)
+    app.supervisor = sup
+
+    pixels = neopixel.NeoPixel(pin(env("METERPLUS_LED", "NEOPIXEL")), 1, brightness=0.3, auto_write=False)
+    led = sup.add(StatusLed(pixels, enabled=settings.get("ledEnable", True)))
+    app.led = led
+
+    button_io = digitalio.DigitalInOut(pin(env("METERPLUS_BUTTON", "BUTTON")))
+    button_io.switch_to_input(pull=digitalio.Pull.UP)
+    sup.add(Button(button_io, bus))
+
+    pool = socketpool.SocketPool(wifi.radio)
+    routes = []       # route modules: each has routes(app) -> [Route]
+    flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
+
+    # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
+    # --- end meter ---
+
+    # --- clock: NTP + time zone ---
+    # --- end clock ---
+
+    # --- history ---
+    # --- end history ---
+
+    # --- api: routes, auth, settings ---
+    # --- end api ---
+
+    # --- mqtt ---
+    # --- end mqtt ---
+
+    # --- modbus ---
+    # --- end modbus ---
+
+    sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
+                             port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes))
+    app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
+                                      wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))
+    return app
+
+
+def run(app):
+    """The cooperative loop: one supervisor step per cycle; an orderly stop flushes through stop()."""
+    sup = app.supervisor
+    app.log.info("Meter Plus up, device %s", app.device_id)
+    try:
+        while True:
+            sup.step()
+            if not app.led.is_active("RESET_PENDING"):
+                app.led.set("STARTUP", False)
+                app.led.set("OK", True)
+            time.sleep(IDLE_SLEEP_S)
+    finally:
+        sup.stop_all()
+
+
+run(build())

@@ -1,0 +1,177 @@
+"""Cooperative supervisor: polls every module, times it, contains its faults and restarts it with backoff."""
+
+from adafruit_ticks import ticks_add, ticks_diff, ticks_less
+
+from core.module import FAILED, OK, WARN
+
+_PENDING = 0   # not started yet (or waiting for its backoff to pass)
+_RUNNING = 1
+_DEAD = 2      # gave up: restart cap reached or start() failed too often
+
+
+class _Slot:
+    """Book-keeping for one module."""
+
+    def __init__(self, module):
+        self.module = module
+        self.phase = _PENDING
+        self.retry_at = None
+        self.faults = 0          # consecutive faults; reset after a quiet stretch of running
+        self.total_faults = 0
+        self.restarts = 0
+        self.last_error = None
+        self.worst_ms = 0
+        self.slow_polls = 0
+        self.ok_since = None
+
+
+class Supervisor:
+    """Runs modules round-robin; ticks_ms, watchdog and gc_collect are injected so tests can step time."""
+
+    warn_poll_ms = 50        # a poll slower than this is counted and warned about
+    backoff_first_ms = 1000  # first restart delay after a fault; doubles each time
+    backoff_max_ms = 300000
+    max_restarts = 20        # consecutive faults before a module is given up (FAILED)
+    healthy_after_ms = 60000  # running this long without fault forgives earlier faults
+    gc_every = 1             # collect garbage after every n-th cycle, at one fixed point
+
+    def __init__(self, ticks_ms, watchdog=None, gc_collect=None, log=None):
+        self._ticks_ms = ticks_ms
+        self._watchdog = watchdog
+        self._gc_collect = gc_collect
+        self._log = log
+        self._slots = []
+        self.cycles = 0
+        self.worst_cycle_ms = 0
+        self.running = False
+
+    def add(self, module):
+        """Register a module; it is started on the first cycle."""
+        self._slots.append(_Slot(module))
+        return module
+
+    def modules(self):
+        """The registered modules in poll order."""
+        return [s.module for s in self._slots]
+
+    def _note(self, level, msg, *args):
+        if self._log is not None:
+            self._log.log(level, msg, *args)
+
+    def _fault(self, slot, now, where, exc):
+        """Count a fault, stop the module and schedule its restart (or give it up)."""
+        mod = slot.module
+        slot.faults += 1
+        slot.total_faults += 1
+        slot.last_error = "%s: %s %s" % (where, type(exc).__name__, exc)
+        slot.ok_since = None
+        try:
+            mod.stop()
+        except Exception:  # stop() must not raise, but a broken module must not take us down
+            pass
+        if slot.faults > self.max_restarts:
+            slot.phase = _DEAD
+            mod.state = FAILED
+            self._note("error", "%s failed for good after %d faults: %s", mod.name, slot.faults, slot.last_error)
+            return
+        delay = self.backoff_first_ms << (slot.faults - 1) if slot.faults < 20 else self.backoff_max_ms
+        if delay > self.backoff_max_ms:
+            delay = self.backoff_max_ms
+        slot.phase = _PENDING
+        slot.retry_at = ticks_add(now, delay)
+        mod.state = FAILED if where == "start" else WARN
+        self._note("warning", "%s %s fault (%d), retry in %d ms: %s", mod.name, where, slot.faults, delay,
+                   slot.last_error)
+
+    def step(self):
+        """One cycle: read the clock once, start or poll each module, feed the watchdog, collect garbage."""
+        now = self._ticks_ms()
+        for slot in self._slots:
+            if slot.phase == _DEAD:
+                continue
+            mod = slot.module
+            if slot.phase == _PENDING:
+                if slot.retry_at is not None and ticks_less(now, slot.retry_at):
+                    continue
+                try:
+                    mod.start()
+                except Exception as exc:
+                    self._fault(slot, now, "start", exc)
+                    continue
+                if slot.retry_at is not None:
+                    slot.restarts += 1
+                slot.phase = _RUNNING
+                slot.ok_since = now
+                if mod.state != WARN:
+                    mod.state = OK
+            t0 = self._ticks_ms()
+            try:
+                mod.poll(now)
+            except Exception as exc:
+                self._fault(slot, now, "poll", exc)
+                continue
+            finally:
+                spent = ticks_diff(self._ticks_ms(), t0)
+                if spent > slot.worst_ms:
+                    slot.worst_ms = spent
+                if spent > self.warn_poll_ms:
+                    slot.slow_polls += 1
+                    self._note("warning", "%s poll took %d ms", mod.name, spent)
+            if slot.faults and slot.ok_since is not None and ticks_diff(now, slot.ok_since) >= self.healthy_after_ms:
+                slot.faults = 0
+                if mod.state == WARN:
+                    mod.state = OK
+        if self._watchdog is not None:
+            self._watchdog.feed()
+        self.cycles += 1
+        if self._gc_collect is not None and self.cycles % self.gc_every == 0:
+            self._gc_collect()
+        spent = ticks_diff(self._ticks_ms(), now)
+        if spent > self.worst_cycle_ms:
+            self.worst_cycle_ms = spent
+        return now
+
+    def stop_all(self):
+        """Stop every module in reverse order (services flush here); never raises."""
+        for slot in reversed(self._slots):
+            if slot.phase == _RUNNING:
+                try:
+                    slot.module.stop()
+                except Exception as exc:
+                    self._note("error", "%s stop failed: %s", slot.module.name, exc)
+                slot.phase = _PENDING
+                slot.retry_at = None
+
+    def state(self):
+        """Combined state: FAILED if any module failed, WARN if any warns, else OK."""
+        worst = OK
+        for slot in self._slots:
+            st = slot.module.state
+            if st == FAILED:
+                return FAILED
+            if st == WARN:
+                worst = WARN
+        return worst
+
+    def describe(self):
+        """Per-module health and timing for /system/info."""
+        mods = {}
+        for slot in self._slots:
+            d = {
+                "state": slot.module.state,
+                "worst_poll_ms": slot.worst_ms,
+                "slow_polls": slot.slow_polls,
+                "faults": slot.total_faults,
+                "restarts": slot.restarts,
+            }
+            if slot.last_error:
+                d["last_error"] = slot.last_error
+            mods[slot.module.name] = d
+        return {"cycles": self.cycles, "worst_cycle_ms": self.worst_cycle_ms, "state": self.state(), "modules": mods}
+
+    def worst_poll_ms(self, name):
+        """Worst poll time of the named module (ms)."""
+        for slot in self._slots:
+            if slot.module.name == name:
+                return slot.worst_ms
+        return None

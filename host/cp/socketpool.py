@@ -1,0 +1,141 @@
+"""Stand-in for socketpool over the stdlib socket module, with the device's errno behaviour and 8-socket limit."""
+
+import errno
+import socket as _socket
+
+MAX_SOCKETS = 8  # the ESP32-S3 build of CircuitPython has 8 in the whole system
+_open = set()
+
+ETIMEDOUT_DEVICE = 116  # lwIP's ETIMEDOUT; CPython would raise TimeoutError instead
+ENOTCONN_DEVICE = 128   # lwIP's ENOTCONN: a non-blocking recv from a closed peer
+
+
+class Socket:
+    """socketpool.Socket: recv_into only (no recv), OSError(EAGAIN) when non-blocking, OSError(116) on timeout."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self._timeout = None
+        _open.add(self)
+
+    @property
+    def type(self):
+        return int(self._sock.type)
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except BlockingIOError:
+            raise OSError(errno.EAGAIN, "EAGAIN") from None
+        except _socket.timeout:
+            if self._timeout == 0:
+                raise OSError(errno.EAGAIN, "EAGAIN") from None
+            raise OSError(ETIMEDOUT_DEVICE, "ETIMEDOUT") from None
+        except (ConnectionResetError, BrokenPipeError):
+            raise OSError(errno.ECONNRESET, "ECONNRESET") from None
+
+    def accept(self):
+        conn, addr = self._call(self._sock.accept)
+        # Accepted sockets start blocking with no timeout on the device.
+        conn.settimeout(None)
+        if len(_open) >= MAX_SOCKETS:
+            conn.close()
+            raise OSError(errno.ENFILE, "Out of sockets")
+        return Socket(conn), addr[:2]
+
+    def bind(self, address):
+        self._sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        self._call(self._sock.bind, address)
+
+    def listen(self, backlog):
+        self._call(self._sock.listen, backlog)
+
+    def connect(self, address):
+        self._call(self._sock.connect, address)
+
+    def close(self):
+        _open.discard(self)
+        self._sock.close()
+
+    def recv_into(self, buffer, bufsize=0):
+        n = bufsize or len(buffer)
+        got = self._call(self._sock.recv_into, buffer, n)
+        if got == 0 and n and self._timeout == 0:
+            raise OSError(ENOTCONN_DEVICE, "ENOTCONN")
+        return got
+
+    def recvfrom_into(self, buffer):
+        return self._call(self._sock.recvfrom_into, buffer)
+
+    def send(self, data):
+        return self._call(self._sock.send, data)
+
+    def sendall(self, data):
+        return self._call(self._sock.sendall, data)
+
+    def sendto(self, data, address):
+        return self._call(self._sock.sendto, data, address)
+
+    def setblocking(self, flag):
+        self._timeout = None if flag else 0
+        self._sock.setblocking(flag)
+
+    def settimeout(self, value):
+        self._timeout = value
+        self._sock.settimeout(value)
+
+    def setsockopt(self, level, optname, value):
+        self._sock.setsockopt(level, optname, value)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __hash__(self):
+        return id(self)
+
+
+class SocketPool:
+    """SocketPool(radio): the factory for sockets on a radio."""
+
+    class gaierror(OSError):
+        """Errors raised by getaddrinfo."""
+
+    AF_INET = _socket.AF_INET
+    AF_INET6 = _socket.AF_INET6
+    SOCK_STREAM = _socket.SOCK_STREAM
+    SOCK_DGRAM = _socket.SOCK_DGRAM
+    SOCK_RAW = _socket.SOCK_RAW
+    EAI_NONAME = -2
+    SOL_SOCKET = _socket.SOL_SOCKET
+    SO_REUSEADDR = _socket.SO_REUSEADDR
+    TCP_NODELAY = _socket.TCP_NODELAY
+    IPPROTO_IP = 0
+    IPPROTO_ICMP = 1
+    IPPROTO_TCP = 6
+    IPPROTO_UDP = 17
+    IPPROTO_IPV6 = 41
+    IPPROTO_RAW = 255
+    IP_MULTICAST_TTL = 33
+
+    def __init__(self, radio):
+        self.radio = radio
+
+    def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0):
+        if len(_open) >= MAX_SOCKETS:
+            raise RuntimeError("Out of sockets")
+        return Socket(_socket.socket(family, type, proto))
+
+    def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+        try:
+            infos = _socket.getaddrinfo(host, port, _socket.AF_INET, type, proto, flags)
+        except _socket.gaierror as exc:
+            raise SocketPool.gaierror(SocketPool.EAI_NONAME, "Name or service not known") from exc
+        return [(f, t, p, "", addr[:2]) for f, t, p, _c, addr in infos]
+
+
+def open_count():
+    """Host hook: sockets currently open (tests count the budget)."""
+    return len(_open)
