@@ -30,5 +30,5 @@ def _epoch(st):
     return calendar.timegm(tuple(st)[:6] + (0, 0, 0))
 
 
-def set_time_source(source):
+def set_time_source(rtc):
     """Not used by this firmware (it sets the RTC after its own NTP query)."""

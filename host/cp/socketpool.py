@@ -67,14 +67,14 @@ class Socket:
     def recvfrom_into(self, buffer):
         return self._call(self._sock.recvfrom_into, buffer)
 
-    def send(self, data):
-        return self._call(self._sock.send, data)
+    def send(self, bytes):  # noqa: A002  (the stub's parameter name)
+        return self._call(self._sock.send, bytes)
 
-    def sendall(self, data):
-        return self._call(self._sock.sendall, data)
+    def sendall(self, bytes):  # noqa: A002
+        return self._call(self._sock.sendall, bytes)
 
-    def sendto(self, data, address):
-        return self._call(self._sock.sendto, data, address)
+    def sendto(self, bytes, address):  # noqa: A002
+        return self._call(self._sock.sendto, bytes, address)
 
     def setblocking(self, flag):
         self._timeout = None if flag else 0

@@ -23,6 +23,3 @@ class _Runtime:
 
 runtime = _Runtime()
 
-
-def disable_autoreload():
-    runtime.autoreload = False

@@ -32,15 +32,10 @@ class WatchDogTimer:
         self.feeds += 1
         self._arm()
 
-    def deinit(self):
-        if self._timer:
-            self._timer.cancel()
-        self._timer = None
-        self.mode = None
-
     def _arm(self):
         if self._timer:
             self._timer.cancel()
+            self._timer = None
         if self.mode == WatchDogMode.RESET and self.timeout > 0:
             self._timer = threading.Timer(self.timeout, self._expired)
             self._timer.daemon = True

@@ -112,8 +112,11 @@ class Radio:
     def set_ipv4_address(self, *, ipv4, netmask, gateway, ipv4_dns=None):
         self.static = (ipv4, netmask, gateway, ipv4_dns)
 
-    def set_ipv4_address_to_dhcp(self):
+    def start_dhcp(self, *, ipv4=True, ipv6=False):
         self.static = None
+
+    def stop_dhcp(self):
+        pass
 
 
 radio = Radio()

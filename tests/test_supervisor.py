@@ -1,0 +1,218 @@
+"""The supervisor: fault containment, backoff, restart cap, timing, watchdog and gc, on a stepped clock."""
+
+from core.module import FAILED, OK, WARN, Module
+from core.supervisor import Supervisor
+from tests.steppedclock import SteppedClock
+
+
+class Counter(Module):
+    name = "counter"
+
+    def __init__(self):
+        Module.__init__(self)
+        self.polls = 0
+        self.starts = 0
+        self.stops = 0
+
+    def start(self):
+        self.starts += 1
+
+    def poll(self, now_ms):
+        self.polls += 1
+
+    def stop(self):
+        self.stops += 1
+
+
+class Exploding(Counter):
+    name = "exploding"
+
+    def __init__(self, fail_polls):
+        Counter.__init__(self)
+        self.fail_polls = fail_polls
+
+    def poll(self, now_ms):
+        self.polls += 1
+        if self.polls in self.fail_polls:
+            raise RuntimeError("boom %d" % self.polls)
+
+
+class NoStart(Counter):
+    name = "nostart"
+
+    def start(self):
+        self.starts += 1
+        raise OSError(5, "no hardware")
+
+
+class Slow(Counter):
+    name = "slow"
+
+    def __init__(self, clock, cost_ms):
+        Counter.__init__(self)
+        self.clock = clock
+        self.cost_ms = cost_ms
+
+    def poll(self, now_ms):
+        self.polls += 1
+        self.clock.advance(self.cost_ms)
+
+
+class Watchdog:
+    def __init__(self):
+        self.feeds = 0
+
+    def feed(self):
+        self.feeds += 1
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, level, msg, *args):
+        self.lines.append((level, msg % args))
+
+
+def make(*mods, clock=None):
+    clock = clock or SteppedClock()
+    wd = Watchdog()
+    gcs = []
+    log = Log()
+    sup = Supervisor(clock, watchdog=wd, gc_collect=lambda: gcs.append(1), log=log)
+    for m in mods:
+        sup.add(m)
+    return sup, clock, wd, gcs, log
+
+
+def test_starts_then_polls_every_cycle_and_feeds_watchdog_and_collects():
+    c = Counter()
+    sup, clock, wd, gcs, _ = make(c)
+    for _ in range(5):
+        sup.step()
+        clock.advance(10)
+    assert c.starts == 1 and c.polls == 5
+    assert wd.feeds == 5 and len(gcs) == 5
+    assert c.state == OK and sup.state() == OK
+
+
+def test_poll_exception_is_contained_and_module_restarts_after_backoff():
+    bad = Exploding(fail_polls={2})
+    good = Counter()
+    sup, clock, wd, _, log = make(bad, good)
+    sup.step()              # poll 1 ok
+    clock.advance(10)
+    sup.step()              # poll 2 raises
+    assert bad.state == WARN and bad.stops == 1
+    assert good.polls == 2  # the other module was still polled in the same cycle
+    clock.advance(500)
+    sup.step()              # within the 1 s backoff: not restarted
+    assert bad.starts == 1
+    clock.advance(600)
+    sup.step()              # backoff over: restarted and polled
+    assert bad.starts == 2 and bad.polls == 3
+    d = sup.describe()["modules"]["exploding"]
+    assert d["faults"] == 1 and d["restarts"] == 1 and "boom 2" in d["last_error"]
+    assert wd.feeds == 4
+    assert any("exploding poll fault" in line for _lvl, line in log.lines)
+
+
+def test_backoff_doubles_and_is_capped():
+    always = Exploding(fail_polls=set(range(1, 10000)))
+    sup, clock, _, _, _ = make(always)
+    sup.max_restarts = 1000
+    restart_times = []
+    t = 0
+    last_starts = 0
+    for _ in range(4000):
+        sup.step()
+        if always.starts != last_starts:
+            restart_times.append(t)
+            last_starts = always.starts
+        clock.advance(1000)
+        t += 1000
+    gaps = [b - a for a, b in zip(restart_times, restart_times[1:])]
+    assert gaps[:5] == [1000, 2000, 4000, 8000, 16000]
+    assert max(gaps) == Supervisor.backoff_max_ms
+
+
+def test_gives_up_after_restart_cap_and_reports_failed():
+    always = Exploding(fail_polls=set(range(1, 10000)))
+    other = Counter()
+    sup, clock, _, _, _ = make(always, other)
+    sup.max_restarts = 3
+    for _ in range(200):
+        sup.step()
+        clock.advance(60000)
+    assert always.starts == 4       # first start + 3 restarts
+    assert always.state == FAILED and sup.state() == FAILED
+    assert other.polls == 200        # the loop never stopped
+
+
+def test_module_that_cannot_start_is_failed_and_skipped_but_retried():
+    ns = NoStart()
+    c = Counter()
+    sup, clock, _, _, _ = make(ns, c)
+    sup.step()
+    assert ns.state == FAILED and ns.polls == 0 and c.polls == 1
+    clock.advance(1000)
+    sup.step()
+    assert ns.starts == 2
+
+
+def test_slow_poll_is_timed_and_warned():
+    clock = SteppedClock()
+    slow = Slow(clock, 120)
+    fast = Slow(clock, 3)
+    fast.name = "fast"
+    sup, clock, _, _, log = make(slow, fast, clock=clock)
+    for _ in range(3):
+        sup.step()
+    d = sup.describe()
+    assert d["modules"]["slow"]["worst_poll_ms"] == 120
+    assert d["modules"]["slow"]["slow_polls"] == 3
+    assert d["modules"]["fast"]["worst_poll_ms"] == 3
+    assert d["modules"]["fast"]["slow_polls"] == 0
+    assert d["worst_cycle_ms"] == 123
+    assert sup.worst_poll_ms("slow") == 120
+    assert any("slow poll took 120 ms" in line for _lvl, line in log.lines)
+
+
+def test_quiet_running_forgives_old_faults():
+    bad = Exploding(fail_polls={1})
+    sup, clock, _, _, _ = make(bad)
+    sup.step()
+    clock.advance(1000)
+    sup.step()
+    assert bad.state == OK or bad.state == WARN
+    clock.advance(Supervisor.healthy_after_ms)
+    sup.step()
+    assert bad.state == OK
+    assert sup._slots[0].faults == 0
+
+
+def test_stop_all_stops_running_modules_in_reverse_order():
+    order = []
+
+    class Rec(Counter):
+        def stop(self):
+            order.append(self.name)
+
+    a, b = Rec(), Rec()
+    a.name, b.name = "a", "b"
+    sup, _, _, _, _ = make(a, b)
+    sup.step()
+    sup.stop_all()
+    assert order == ["b", "a"]
+
+
+def test_stop_that_raises_does_not_escape():
+    class BadStop(Counter):
+        def stop(self):
+            raise RuntimeError("stop failed")
+
+    m = BadStop()
+    sup, _, _, _, log = make(m)
+    sup.step()
+    sup.stop_all()
+    assert any("stop failed" in line for _lvl, line in log.lines)
