@@ -1,0 +1,36 @@
+# Meter Plus: `make run` runs the firmware on this computer, `make test` runs every test.
+# Both set up what they need first (a virtualenv from the pinned requirements-dev.txt).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum < requirements-dev.txt | cut -d' ' -f1)
+ARGS   ?=
+
+.PHONY: run test bench soak sysdeps clean
+
+$(STAMP): requirements-dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Python 3.11 or newer is needed (found: $$($(PYTHON) --version))"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@rm -f $(VENV)/.installed-*
+	# Every package is pinned, dependencies included, so installs are repeatable; --no-deps keeps
+	# adafruit-blinka out (its board/busio modules would shadow the host stand-ins).
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-dev.txt
+	$(BIN)/python -m pip check --disable-pip-version-check | grep -iv blinka || true
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/python -m host $(ARGS)
+
+sysdeps:
+	@bash tools/sysdeps.sh
+
+test: $(STAMP) sysdeps
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .host
