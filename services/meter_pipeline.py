@@ -1,0 +1,252 @@
+"""Meter pipeline: decode telegrams, check plausibility, median filter and ctRatio once, publish readings and health."""
+
+from adafruit_ticks import ticks_diff
+
+from core.module import OK, WARN, Module
+from meter import obis
+from meter.d0 import decode_d0
+from meter.decimal import sub
+from meter.framer import SML
+from meter.median import Median
+from meter.reading import Reading
+from meter.sml import E_CRC, SmlResult, decode_frame
+
+_MEDIAN_SIZES = (0, 1, 3, 5, 7, 9)  # 0 is the wire encoding of "Off"; 1 means the same
+_KIND = {}
+for _r in obis.ROWS:
+    _KIND[_r[0]] = _r[2]
+del _r
+
+
+def parse_median(value):
+    """Window size from the medianFilterSize setting (0/"Off" -> 1), or None when invalid."""
+    if value == "Off" or value == "off":
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _MEDIAN_SIZES:
+        return None
+    return value if value else 1
+
+
+def parse_ct(value):
+    """ctRatio setting (1..10000, step 0.1) as integer tenths, or None when invalid."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    tenths = int(round(value * 10))
+    if abs(value * 10 - tenths) > 1e-6 or not 10 <= tenths <= 100000:
+        return None
+    return tenths
+
+
+class MeterPipeline(Module):
+    """bus: core.bus.Bus; settings: has get(key); ir_head: drivers.ir_head.IrHead (its sink becomes ours) or None;
+    led: drivers.status_led.StatusLed or None (ERROR while stale). dzg: libsml's DZG 16.7.0 workaround."""
+
+    name = "meter"
+    STALE_MS = 10000          # no good telegram for this long: readings are unknown
+    MAX_POWER_W = 100000      # an energy counter may not grow faster than this
+    REBASE_AFTER = 10         # consecutive implausible telegrams after which the counter is taken as reset
+    HEALTH_EVERY_MS = 5000
+
+    def __init__(self, bus, settings, ir_head=None, led=None, dzg=False):
+        Module.__init__(self)
+        self.bus = bus
+        self.settings = settings
+        self.ir_head = ir_head
+        self.led = led
+        self.dzg = dzg
+        self._settings_ring = bus.subscribe("settings", 8)
+        self._res = SmlResult()
+        self._filters = {}
+        self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
+        self._last_ok_ms = None
+        self._start_ms = None
+        self._implausible_run = 0
+        self._health_ms = None
+        self.stale = True
+        self.median_size = 5
+        self.ct_tenths = 10
+        self.last_reading = None
+        self.last_error = None
+        self.format = None
+        self.crc = None
+        for k in ("telegrams_ok", "crc_errors", "decode_errors", "implausible", "rebased"):
+            self.counters[k] = 0
+        self._load_settings()
+        if ir_head is not None:
+            ir_head.sink = self.on_telegram
+
+    # --- settings ---
+
+    def _load_settings(self):
+        size = parse_median(self.settings.get("medianFilterSize", 5))
+        if size is None:
+            self.count("bad_settings")
+            size = 5
+        if size != self.median_size:
+            self._filters = {}
+        self.median_size = size
+        ct = parse_ct(self.settings.get("ctRatio", 1))
+        if ct is None:
+            self.count("bad_settings")
+            ct = 10
+        self.ct_tenths = ct
+
+    # --- supervisor contract ---
+
+    def poll(self, now_ms):
+        """Settings changes, staleness, periodic health."""
+        if self._start_ms is None:
+            self._start_ms = now_ms
+        changed = False
+        while True:
+            keys = self._settings_ring.pop()
+            if keys is None:
+                break
+            if "medianFilterSize" in keys or "ctRatio" in keys:
+                changed = True
+        if changed:
+            self._load_settings()
+        ref = self._last_ok_ms if self._last_ok_ms is not None else self._start_ms
+        if ticks_diff(now_ms, ref) >= self.STALE_MS:
+            if not self.stale or self.state != WARN:
+                self._go_stale(now_ms)
+        if self._health_ms is None or ticks_diff(now_ms, self._health_ms) >= self.HEALTH_EVERY_MS:
+            self._publish_health(now_ms)
+
+    def _go_stale(self, now_ms):
+        self.stale = True
+        self.state = WARN
+        self._filters = {}  # a gap breaks the window: no old sample may leak into new readings
+        self.bus.publish("reading", None)
+        if self.led is not None:
+            self.led.set("ERROR", True)
+        self._publish_health(now_ms)
+
+    def _publish_health(self, now_ms):
+        self._health_ms = now_ms
+        self.bus.publish("meter_health", self.health())
+
+    def health(self):
+        """Counters and state of the meter link as a plain dict."""
+        c = self.counters
+        ir = self.ir_head
+        return {
+            "telegrams_ok": c["telegrams_ok"],
+            "crc_errors": c["crc_errors"],
+            "decode_errors": c["decode_errors"],
+            "implausible": c["implausible"],
+            "resyncs": ir.framer.resyncs if ir is not None else 0,
+            "bytes": ir.bytes_total if ir is not None else 0,
+            "last_telegram_ms": self._last_ok_ms,
+            "stale": self.stale,
+            "format": self.format,
+            "crc": self.crc,
+            "last_error": self.last_error,
+        }
+
+    def describe(self):
+        d = Module.describe(self)
+        d["stale"] = self.stale
+        d["median"] = self.median_size
+        d["ct_ratio"] = self.ct_tenths / 10
+        return d
+
+    # --- telegrams ---
+
+    def on_telegram(self, buf, n, fmt, now_ms):
+        """Sink of the IR head: buf[0:n] is one whole telegram (SML or D0); decode and publish or count."""
+        res = self._res
+        if fmt == SML:
+            ok = decode_frame(buf, n, res, self.dzg)
+        else:
+            ok = decode_d0(buf, n, res)
+        if not ok:
+            self.count("crc_errors" if res.error == E_CRC else "decode_errors")
+            self.last_error = res.error
+            self._publish_health(now_ms)
+            return None
+        return self.accept(res.values(), res.server_id(), "sml" if fmt == SML else "d0", now_ms, res.crc)
+
+    def accept(self, values, server_id, source, now_ms, crc=None):
+        """Check, filter, scale and publish one decoded telegram; return the Reading or None when rejected."""
+        if "16.7.0" not in values:
+            # Meters without 16.7.0 report power as 1.7.0 (- 2.7.0) or as the absolute 15.7.0.
+            if "1.7.0" in values:
+                m, e = values["1.7.0"]
+                if "2.7.0" in values:
+                    m, e = sub(m, e, values["2.7.0"][0], values["2.7.0"][1])
+                values["16.7.0"] = (m, e)
+            elif "15.7.0" in values:
+                values["16.7.0"] = values["15.7.0"]
+        if not self._plausible(values, now_ms):
+            return None
+        self._last_ok_ms = now_ms
+        self.format = source
+        self.crc = crc
+        self.count("telegrams_ok")
+        out = {}
+        size = self.median_size
+        ct = self.ct_tenths
+        filters = self._filters
+        for code in values:
+            m, e = values[code]
+            if size > 1:
+                f = filters.get(code)
+                if f is None:
+                    f = filters[code] = Median(size)
+                m, e = f.add(m, e)
+            kind = _KIND.get(code)
+            if ct != 10 and kind != "voltage" and kind != "frequency":
+                if ct % 10:
+                    m, e = m * ct, e - 1
+                else:
+                    m = m * (ct // 10)
+            out[code] = (m, e)
+        reading = Reading(now_ms, out, server_id, source)
+        self.last_reading = reading
+        if self.stale:
+            self.stale = False
+            self.state = OK
+            if self.led is not None:
+                self.led.set("ERROR", False)
+        self.bus.publish("reading", reading)
+        self._publish_health(now_ms)
+        return reading
+
+    def _plausible(self, values, now_ms):
+        """Energy counters may not run backwards or faster than MAX_POWER_W; update the baseline when accepted."""
+        last = self._last_energy
+        dt = ticks_diff(now_ms, self._last_ok_ms) if self._last_ok_ms is not None else None
+        bad = None
+        for code in values:
+            if _KIND.get(code) != "energy":
+                continue
+            prev = last.get(code)
+            if prev is None or dt is None:
+                continue
+            m, e = values[code]
+            dm, de = sub(m, e, prev[0], prev[1])
+            if dm < 0:
+                bad = "energy backwards " + code
+                break
+            # allowed Wh = MAX_POWER_W * dt_ms / 3.6e6, plus one step of the counter's last digit
+            if de >= 0:
+                over = dm * 10 ** de * 3600000 > self.MAX_POWER_W * max(dt, 0) + 3600000 * 10 ** de
+            else:
+                over = dm * 3600000 > self.MAX_POWER_W * max(dt, 0) * 10 ** -de + 3600000
+            if over:
+                bad = "energy jump " + code
+                break
+        if bad is not None:
+            self._implausible_run += 1
+            if self._implausible_run < self.REBASE_AFTER:
+                self.count("implausible")
+                self.last_error = bad
+                self._publish_health(now_ms)
+                return False
+            self.count("rebased")  # the meter really changed (exchange, reset): start from its values
+        self._implausible_run = 0
+        for code in values:
+            if _KIND.get(code) == "energy":
+                last[code] = values[code]
+        return True
