@@ -22,6 +22,7 @@ from drivers.button import Button
 from drivers.status_led import StatusLed
 from services import http_api
 from services.lifecycle import Lifecycle
+from services.status_policy import StatusPolicy
 
 SETTINGS_PATH = "settings.json"
 TOKENS_PATH = "tokens.json"
@@ -103,6 +104,7 @@ def build():
 
     sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
                              port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes))
+    sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))
     return app
@@ -115,9 +117,6 @@ def run(app):
     try:
         while True:
             sup.step()
-            if not app.led.is_active("RESET_PENDING"):
-                app.led.set("STARTUP", False)
-                app.led.set("OK", True)
             time.sleep(IDLE_SLEEP_S)
     finally:
         sup.stop_all()

@@ -1,0 +1,69 @@
+"""The LED follows the firmware's health: startup, OK with readings, error when the meter is silent."""
+
+from core.bus import Bus
+from core.module import FAILED, Module
+from core.supervisor import Supervisor
+from drivers.status_led import StatusLed
+from services.status_policy import StatusPolicy
+from tests.steppedclock import SteppedClock
+
+
+class Pixels(list):
+    def __init__(self):
+        list.__init__(self, [(0, 0, 0)])
+
+    def show(self):
+        pass
+
+
+def make():
+    clock = SteppedClock()
+    bus = Bus()
+    led = StatusLed(Pixels())
+    sup = Supervisor(clock)
+    pol = StatusPolicy(bus, led, sup)
+    return pol, bus, led, sup, clock
+
+
+def test_startup_then_ok_then_error_when_stale_then_ok_again():
+    pol, bus, led, _sup, clock = make()
+    pol.poll(clock())
+    assert led.current() == "STARTUP"
+    clock.advance(3000)
+    bus.publish("reading", object())
+    pol.poll(clock())
+    assert led.current() == "OK"
+    bus.publish("reading", None)          # the pipeline's stale marker
+    pol.poll(clock())
+    assert led.current() == "ERROR"
+    bus.publish("reading", object())
+    pol.poll(clock())
+    assert led.current() == "OK"
+
+
+def test_no_meter_at_all_becomes_error_after_startup_grace():
+    pol, _bus, led, _sup, clock = make()
+    pol.poll(clock())
+    clock.advance(StatusPolicy.startup_ms - 1)
+    pol.poll(clock())
+    assert led.current() == "STARTUP"
+    clock.advance(2)
+    pol.poll(clock())
+    assert led.current() == "ERROR"
+
+
+def test_failed_module_is_an_error_and_reset_pending_still_wins():
+    pol, bus, led, sup, clock = make()
+
+    class Dead(Module):
+        pass
+
+    d = Dead()
+    d.state = FAILED
+    sup.add(d)
+    bus.publish("reading", object())
+    pol.poll(clock())
+    assert led.current() == "ERROR"
+    led.set("RESET_PENDING")
+    pol.poll(clock())
+    assert led.current() == "RESET_PENDING"
