@@ -1,0 +1,121 @@
+"""Start `python -m host` as a subprocess on free ports and wait until it answers (shared by end-to-end tests)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HostProcess:
+    """A running firmware on the host runtime: .url, .get(path), .stop(); the drive is .state."""
+
+    def __init__(self, state, args=(), settings=None, http_port=None, modbus_port=None):
+        self.state = str(state)
+        self.port = http_port or free_port()
+        self.modbus_port = modbus_port or free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        os.makedirs(self.state, exist_ok=True)
+        if settings is not None:
+            with open(os.path.join(self.state, "settings.json"), "w") as f:
+                json.dump(settings, f)
+        self.args = ["--state", self.state, "--http-port", str(self.port), "--modbus-port", str(self.modbus_port)]
+        self.args += list(args)
+        self.log_path = os.path.join(self.state, "host.log")
+        self.proc = None
+
+    def start(self, timeout=60):
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "host", *self.args], cwd=ROOT,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.wait_alive(timeout)
+        return self
+
+    def wait_alive(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("host exited with %s:\n%s" % (self.proc.returncode, self.log()))
+            try:
+                if self.get("/api/v1/system/alive", timeout=1)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("host did not answer within %s s:\n%s" % (timeout, self.log()))
+
+    def get(self, path, timeout=5, headers=None):
+        """(status, parsed JSON or raw bytes, headers)."""
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                body, status, hdrs = r.read(), r.status, r.headers
+        except urllib.error.HTTPError as e:
+            body, status, hdrs = e.read(), e.code, e.headers
+        try:
+            data = json.loads(body) if body else None
+        except ValueError:
+            data = body
+        return status, data, hdrs
+
+    def wait_for(self, predicate, timeout=30, interval=0.2):
+        """Poll predicate() until it returns something truthy; return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(interval)
+        raise AssertionError("condition not met within %s s; log:\n%s" % (timeout, self.log()[-3000:]))
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        """Stop the process; return its exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._log.close()
+
+    def kill(self):
+        """SIGKILL: a power cut."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+    def control(self, name, value):
+        """Write a host-control file (see host/cp/_hostenv.control); None removes it."""
+        d = os.path.join(self.state, ".host_control")
+        os.makedirs(d, exist_ok=True)
+        p = os.path.join(d, name)
+        if value is None:
+            if os.path.exists(p):
+                os.remove(p)
+        else:
+            with open(p, "w") as f:
+                f.write(str(value))

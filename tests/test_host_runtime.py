@@ -1,0 +1,87 @@
+"""The whole firmware on the host runtime, as a subprocess: flags, the two first routes, orderly stop, reset."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.hostproc import ROOT, HostProcess
+
+
+def run_host(*args, timeout=20):
+    return subprocess.run([sys.executable, "-m", "host", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--speed", "fast"], "--speed"),
+    (["--speed", "0"], "--speed"),
+    (["--http-port", "70000"], "--http-port"),
+    (["--modbus-port", "x"], "--modbus-port"),
+    (["--meter", "/nonexistent/capture.hex"], "--meter"),
+    (["--frobnicate"], "unrecognized arguments"),
+])
+def test_bad_flags_exit_2_with_a_clear_message(args, message, tmp_path):
+    out = run_host("--state", str(tmp_path / "s"), *args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    h = HostProcess(tmp_path_factory.mktemp("drive"), args=["--speed", "1"]).start()
+    yield h
+    h.stop()
+
+
+def test_alive(host):
+    status, body, headers = host.get("/api/v1/system/alive")
+    assert status == 200
+    assert body["alive"] is True and body["version"]
+    assert headers["Content-Type"].startswith("application/json")
+
+
+def test_latest_has_the_simulated_meters_values(host):
+    def fresh():
+        status, body, _h = host.get("/api/v1/history/latest")
+        return body if status == 200 and body else None
+
+    body = host.wait_for(fresh, timeout=30)
+    for code, unit in (("1.8.0", "kWh"), ("2.8.0", "kWh"), ("16.7.0", "W")):
+        assert body[code]["unit"] == unit
+        assert isinstance(body[code]["value"], (int, float))
+        assert body[code]["name"]
+    assert body["1.8.0"]["value"] > 0
+
+
+def test_drive_is_prepared(host):
+    assert os.path.exists(os.path.join(host.state, "settings.toml"))
+    assert os.path.islink(os.path.join(host.state, "web"))
+
+
+def test_sigterm_stops_in_order(tmp_path):
+    h = HostProcess(tmp_path / "drive").start()
+    assert h.stop(signal.SIGTERM) == 0
+    assert "host: stopped" in h.log()
+
+
+def test_sigint_stops_in_order(tmp_path):
+    h = HostProcess(tmp_path / "drive").start()
+    assert h.stop(signal.SIGINT) == 0
+    assert "host: stopped" in h.log()
+
+
+def test_factory_reset_by_button_hold_restarts_in_process(tmp_path):
+    h = HostProcess(tmp_path / "drive", args=["--speed", "20"], settings={"device_name": "Kitchen"}).start()
+    try:
+        h.control("pin_IO0", "0")   # hold BOOT: 10 simulated seconds at speed 20 = 0.5 s
+        h.wait_for(lambda: "factory reset" in h.log(), timeout=20)
+        h.control("pin_IO0", None)
+        h.wait_for(lambda: "restarting the firmware" in h.log(), timeout=20)
+        h.wait_alive()
+        assert not os.path.exists(os.path.join(h.state, "settings.json"))
+    finally:
+        h.stop()
