@@ -1,0 +1,194 @@
+"""Byte sources behind the host UART stand-in: a simulated household meter, a capture replay, or a serial port."""
+
+import math
+import os
+import random
+import time
+
+from host.decode import load_capture
+from meter import sml_encode as enc
+
+BYTES_PER_S = 960        # 9600 baud, 10 bits per byte
+BACKLOG_S = 10           # a source never queues more than this much simulated time of telegrams
+
+
+class _LineRate:
+    """Queue of bytes released at the line rate of simulated time."""
+
+    def __init__(self):
+        self._pending = bytearray()
+        self._credit = 0.0
+        self._last_s = None
+
+    def push(self, data):
+        self._pending += data
+
+    def take(self, now_s):
+        if self._last_s is None:
+            self._last_s = now_s
+        self._credit += max(0.0, now_s - self._last_s) * BYTES_PER_S
+        self._last_s = now_s
+        if not self._pending:
+            self._credit = 0.0
+            return b""
+        k = min(len(self._pending), int(self._credit))
+        self._credit -= k
+        out = bytes(self._pending[:k])
+        del self._pending[:k]
+        return out
+
+    def clear(self):
+        self._pending = bytearray()
+        self._credit = 0.0
+
+
+class SimMeter:
+    """Synthetic household meter: one SML telegram per simulated second, load curve, PV export at midday."""
+
+    SERVER_ID = bytes.fromhex("0a01534d5400000004d2")  # manufacturer "SMT" (simulated), serial 1234
+    PV_PEAK_W = 4200
+
+    def __init__(self, seed=1, start_tod_s=None, import_wh=12345678.9, export_wh=2345678.9):
+        self._rnd = random.Random(seed)
+        if start_tod_s is None:
+            lt = time.localtime()
+            start_tod_s = lt.tm_hour * 3600 + lt.tm_min * 60 + lt.tm_sec
+        self._tod0 = start_tod_s
+        # Counters in watt-seconds (exact integers); the telegram carries 0.1 Wh = 360 Ws.
+        self.import_ws = int(import_wh * 3600)
+        self.export_ws = int(export_wh * 3600)
+        self._next_s = None
+        self._seq = 0
+        self._line = _LineRate()
+        self.last_power = 0
+
+    def power_at(self, t_s):
+        """Net power in W at simulated second t_s (positive = import): household load minus PV."""
+        h = ((self._tod0 + t_s) % 86400) / 3600.0
+        load = 180 + 350 * math.exp(-((h - 7.5) / 1.2) ** 2) + 900 * math.exp(-((h - 19.0) / 1.8) ** 2)
+        load += 120 * math.exp(-((h - 12.5) / 1.0) ** 2)
+        pv = 0.0
+        if 6.0 < h < 20.0:
+            pv = self.PV_PEAK_W * math.sin(math.pi * (h - 6.0) / 14.0) ** 2
+        noise = self._rnd.uniform(-40, 40)
+        # a kettle or oven now and then
+        if self._rnd.random() < 0.002:
+            noise += 2000
+        return int(round(load + noise - pv))
+
+    def _step(self, t_s):
+        p = self.power_at(t_s)
+        self.last_power = p
+        if p >= 0:
+            self.import_ws += p
+        else:
+            self.export_ws += -p
+        return p
+
+    def telegram(self, p):
+        """The SML telegram for the current counters and power p."""
+        imp = self.import_ws // 360
+        exp = self.export_ws // 360
+        l1 = p // 3
+        l2 = p // 3
+        l3 = p - l1 - l2
+        r = self._rnd
+        v = [2300 + r.randint(-30, 30) for _ in range(3)]
+        entries = [
+            enc.entry(enc.obis_name("1.8.0"), imp, 30, -1, signed=False),
+            enc.entry(enc.obis_name("2.8.0"), exp, 30, -1, signed=False),
+            enc.entry(enc.obis_name("16.7.0"), p, 27, 0, signed=True, width=4),
+            enc.entry(enc.obis_name("36.7.0"), l1, 27, 0, signed=True),
+            enc.entry(enc.obis_name("56.7.0"), l2, 27, 0, signed=True),
+            enc.entry(enc.obis_name("76.7.0"), l3, 27, 0, signed=True),
+            enc.entry(enc.obis_name("32.7.0"), v[0], 35, -1, signed=False),
+            enc.entry(enc.obis_name("52.7.0"), v[1], 35, -1, signed=False),
+            enc.entry(enc.obis_name("72.7.0"), v[2], 35, -1, signed=False),
+            enc.entry(enc.obis_name("31.7.0"), abs(l1) * 1000 // v[0], 33, -2, signed=False),
+            enc.entry(enc.obis_name("51.7.0"), abs(l2) * 1000 // v[1], 33, -2, signed=False),
+            enc.entry(enc.obis_name("71.7.0"), abs(l3) * 1000 // v[2], 33, -2, signed=False),
+            enc.entry(enc.obis_name("14.7.0"), 500 + r.randint(-1, 1), 44, -1, signed=False),
+        ]
+        self._seq += 1
+        return enc.transport(enc.sml_file(self.SERVER_ID, entries, self._seq))
+
+    def read_available(self, now_s, uart=None):
+        """Bytes the meter has sent by simulated time now_s (at 9600 baud), one telegram per second."""
+        if self._next_s is None:
+            self._next_s = math.floor(now_s) + 1
+        while self._next_s <= now_s:
+            p = self._step(self._next_s)
+            if now_s - self._next_s < BACKLOG_S:
+                self._line.push(self.telegram(p))
+            self._next_s += 1
+        data = self._line.take(now_s)
+        if uart is not None and getattr(uart, "baudrate", 9600) != 9600:
+            return b""  # a wrong baud rate reads nothing useful; the real head would see garbage
+        return data
+
+
+class ReplaySource:
+    """A capture file (hex text or binary, any number of telegrams) sent in a loop, once per period."""
+
+    def __init__(self, path, period_s=1.0):
+        with open(path, "rb") as f:
+            self.data = load_capture(f.read())
+        if not self.data:
+            raise ValueError("empty capture: %s" % path)
+        self.period_s = max(period_s, len(self.data) / BYTES_PER_S)
+        self._next_s = None
+        self._line = _LineRate()
+
+    def read_available(self, now_s, uart=None):
+        if self._next_s is None:
+            self._next_s = now_s
+        while self._next_s <= now_s:
+            if now_s - self._next_s < BACKLOG_S:
+                self._line.push(self.data)
+            self._next_s += self.period_s
+        return self._line.take(now_s)
+
+
+class SerialSource:
+    """A USB IR head through pyserial; follows the firmware UART's baud rate, bits and parity."""
+
+    def __init__(self, device):
+        import serial  # pyserial, only needed for a real head
+
+        self._serial_mod = serial
+        self.ser = serial.Serial(device, 9600, bytesize=8, parity="N", stopbits=1, timeout=0)
+
+    def _follow(self, uart):
+        if uart is None:
+            return
+        ser = self.ser
+        baud = getattr(uart, "baudrate", 9600)
+        if ser.baudrate != baud:
+            ser.baudrate = baud
+        bits = getattr(uart, "bits", 8)
+        parity = getattr(uart, "parity", None)
+        want_parity = {"EVEN": "E", "ODD": "O"}.get(str(parity).split(".")[-1], "N")
+        if ser.bytesize != bits:
+            ser.bytesize = bits
+        if ser.parity != want_parity:
+            ser.parity = want_parity
+
+    def read_available(self, now_s, uart=None):
+        self._follow(uart)
+        n = self.ser.in_waiting
+        return self.ser.read(n) if n else b""
+
+    def on_write(self, data, uart=None):
+        self._follow(uart)
+        self.ser.write(data)
+
+
+def open_source(arg):
+    """The source for --meter: "sim", a capture file, or a serial device."""
+    if arg == "sim":
+        return SimMeter()
+    if os.path.isfile(arg):
+        return ReplaySource(arg)
+    if arg.startswith("/dev/") or arg.upper().startswith("COM"):
+        return SerialSource(arg)
+    raise ValueError("no such file or device: %s" % arg)
