@@ -1,0 +1,331 @@
+"""Modbus TCP server for the SunSpec map: non-blocking sockets, MBAP framing, exceptions, client limits."""
+
+import errno
+
+from adafruit_ticks import ticks_diff
+from micropython import const
+
+from core.module import OK, WARN, Module
+from services.sunspec_map import SunSpecMap, energy_sf
+
+_MBAP = const(7)             # transaction id, protocol id, length, unit id
+_FRAME_MAX = const(260)      # MBAP + the largest PDU (253 bytes)
+_LEN_MAX = const(254)        # MBAP length field: unit id + PDU
+_READ_MAX = const(125)       # registers per FC 3/4 request (Modbus application protocol 6.3)
+_FC_HOLDING = const(3)
+_FC_INPUT = const(4)
+_EX_FUNCTION = const(1)      # illegal function
+_EX_ADDRESS = const(2)       # illegal data address
+_EX_VALUE = const(3)         # illegal data value
+_EX_GATEWAY = const(11)      # gateway target device failed to respond: a unit id we are not
+_ENOTCONN = const(128)       # lwIP's ENOTCONN: a non-blocking recv from a closed peer on the device
+
+
+def handle_frame(frame, flen, sunspec, tx):
+    """Answer the complete MBAP frame frame[:flen] into tx; return the reply length, or -1 to close.
+
+    Pure (no sockets) so it runs and is measured in the MicroPython VM; allocates nothing itself.
+    """
+    if frame[2] or frame[3]:
+        return -1                                  # protocol id must be 0 (Modbus)
+    length = (frame[4] << 8) | frame[5]
+    if length < 2 or length > _LEN_MAX or length + 6 != flen:
+        return -1
+    unit = frame[6]
+    fc = frame[7]
+    tx[0] = frame[0]
+    tx[1] = frame[1]
+    tx[2] = 0
+    tx[3] = 0
+    tx[4] = 0
+    tx[6] = unit
+    tx[7] = fc | 0x80
+    if unit != 1 and unit != 0 and unit != 255:
+        code = _EX_GATEWAY
+    elif fc != _FC_HOLDING and fc != _FC_INPUT:
+        code = _EX_FUNCTION
+    elif length != 6:
+        code = _EX_VALUE                           # FC 3/4 carry exactly start and count
+    else:
+        start = (frame[8] << 8) | frame[9]
+        count = (frame[10] << 8) | frame[11]
+        if count < 1 or count > _READ_MAX:
+            code = _EX_VALUE
+        else:
+            off = sunspec.offset(start, count)
+            if off < 0:
+                code = _EX_ADDRESS
+            else:
+                nb = count * 2
+                tx[5] = nb + 3
+                tx[7] = fc
+                tx[8] = nb
+                tx[9:9 + nb] = memoryview(sunspec.image)[off:off + nb]
+                return 9 + nb
+    tx[5] = 3
+    tx[8] = code
+    return 9
+
+
+class _Client:
+    """One connection: its socket, a receive buffer holding at most one frame, a pending reply, its idle clock."""
+
+    def __init__(self):
+        self.sock = None
+        self.rx = bytearray(_FRAME_MAX)
+        self.rxn = 0
+        self.tx = bytearray(_FRAME_MAX)
+        self.txn = 0
+        self.txoff = 0
+        self.last_ms = 0
+        self.peer = None
+
+
+class ModbusServer(Module):
+    """pool: socketpool.SocketPool; bus: core.bus.Bus (reads "reading", "settings"); settings: core.settings.Settings.
+
+    port_override: the host runtime's --modbus-port (wins over modbus.port); identity: model 1 strings.
+    """
+
+    name = "modbus"
+    max_clients = 2
+    idle_ms = 300000          # a client without a complete request for 5 minutes is closed
+    backlog = 1
+
+    def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
+        Module.__init__(self)
+        self._pool = pool
+        self._bus = bus
+        self._settings = settings
+        self.host = host
+        self._port_override = port_override
+        self._serial = serial
+        self._version = version
+        self._log = log
+        self._changes = bus.subscribe("settings", 4)
+        self._clients = [_Client() for _ in range(self.max_clients)]
+        self._listen = None
+        self.enabled = False
+        self.port = 0
+        self.map = None
+        self._config = None
+        self._configure()
+
+    def _note(self, msg, *args):
+        if self._log is not None:
+            self._log.warning(msg, *args)
+
+    def _read_config(self):
+        """(enable, port, model, TotWh_SF floor) from the settings document."""
+        s = self._settings
+        enable = s.get("modbus.enable", False) is True
+        port = self._port_override if self._port_override is not None else s.get("modbus.port", 502)
+        model = s.get("modbus.model", 203)
+        if model not in (203, 213):
+            self._note("modbus.model %r is not 203 or 213: serving 203", model)
+            model = 203
+        ct = s.get("ctRatio", 1)
+        return enable, int(port), model, energy_sf(ct if isinstance(ct, (int, float)) and ct >= 1 else 1)
+
+    def _configure(self):
+        """Apply the settings (a new map when model or energy SF floor change); True when enable/port changed."""
+        cfg = self._read_config()
+        old = self._config
+        if cfg == old:
+            return False
+        self._config = cfg
+        self.enabled = cfg[0]
+        self.port = cfg[1]
+        if old is None or old[2] != cfg[2] or old[3] != cfg[3]:
+            # one allocation per configuration change; the image is reused for every Reading
+            self.map = SunSpecMap(cfg[2], version=self._version, serial=self._serial, energy_sf_min=cfg[3])
+            self.map.update(self._bus.latest("reading"))
+        return old is None or old[0] != cfg[0] or old[1] != cfg[1]
+
+    @property
+    def running(self):
+        """True while the listen socket is open."""
+        return self._listen is not None
+
+    def active_connections(self):
+        """Connected clients right now."""
+        n = 0
+        for c in self._clients:
+            if c.sock is not None:
+                n += 1
+        return n
+
+    def sockets_in_use(self):
+        """Sockets this service holds: the listener plus its clients (the device has 8 in all)."""
+        return self.active_connections() + (1 if self._listen is not None else 0)
+
+    def start(self):
+        """Open the listener when modbus.enable is true; a disabled server holds no socket."""
+        self._configure()
+        if self.enabled:
+            self._open()
+
+    def _open(self):
+        sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_STREAM)
+        try:
+            sock.setsockopt(self._pool.SOL_SOCKET, self._pool.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(self.backlog)
+            sock.setblocking(False)
+        except Exception:
+            sock.close()
+            raise
+        self._listen = sock
+
+    def _close_all(self):
+        for c in self._clients:
+            self._drop(c)
+        if self._listen is not None:
+            try:
+                self._listen.close()
+            except OSError:
+                pass
+            self._listen = None
+
+    def stop(self):
+        self._close_all()
+
+    def _drop(self, c):
+        if c.sock is not None:
+            try:
+                c.sock.close()
+            except OSError:
+                pass
+        c.sock = None
+        c.rxn = 0
+        c.txn = 0
+        c.txoff = 0
+        c.peer = None
+
+    def poll(self, now_ms):
+        """Follow settings and the latest Reading, accept one client, and do one transaction per client."""
+        changed = False
+        while self._changes.pop() is not None:
+            changed = True
+        if changed and self._configure():
+            self._close_all()
+            if self.enabled:
+                self._open()          # a failure raises: the supervisor retries start() with backoff
+        reading = self._bus.latest("reading")
+        if reading is not self.map.source:
+            self.map.update(reading)
+        if self._listen is None:
+            return
+        self._accept(now_ms)
+        for c in self._clients:
+            if c.sock is not None:
+                self._serve(c, now_ms)
+        self.state = WARN if self.map.overflow else OK
+
+    def _accept(self, now_ms):
+        try:
+            sock, addr = self._listen.accept()
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                self.count("accept_errors")   # e.g. out of sockets (ENFILE): the peer sees a reset
+            return
+        free = None
+        for c in self._clients:
+            if c.sock is None:
+                free = c
+                break
+        if free is None:
+            # a third client is accepted and closed at once: it sees the close immediately instead
+            # of hanging in the backlog, and the two sockets of the served clients stay untouched
+            self.count("refused")
+            try:
+                sock.close()
+            except OSError:
+                pass
+            return
+        sock.setblocking(False)
+        free.sock = sock
+        free.peer = addr
+        free.last_ms = now_ms
+        self.count("accepted")
+
+    def _serve(self, c, now_ms):
+        """One step for one client: finish a pending reply, else read and answer at most one frame."""
+        sock = c.sock
+        if c.txn:
+            self._send(c)
+            return
+        if ticks_diff(now_ms, c.last_ms) >= self.idle_ms:
+            self.count("idle_closed")
+            self._drop(c)
+            return
+        if c.rxn < _FRAME_MAX:
+            try:
+                n = sock.recv_into(memoryview(c.rx)[c.rxn:], _FRAME_MAX - c.rxn)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    n = -1
+                else:
+                    if exc.errno != _ENOTCONN and exc.errno != errno.ENOTCONN:
+                        self.count("recv_errors")
+                    self._drop(c)
+                    return
+            if n == 0:
+                self._drop(c)             # CPython's way of saying the peer closed
+                return
+            if n > 0:
+                c.rxn += n
+        if c.rxn < _MBAP:
+            return
+        rx = c.rx
+        length = (rx[4] << 8) | rx[5]
+        if rx[2] or rx[3] or length < 2 or length > _LEN_MAX:
+            self.count("bad_frames")      # not Modbus: nothing after it can be framed, so hang up
+            self._drop(c)
+            return
+        flen = length + 6
+        if c.rxn < flen:
+            return
+        c.txn = handle_frame(rx, flen, self.map, c.tx)
+        c.txoff = 0
+        if c.txn < 0:
+            self.count("bad_frames")
+            self._drop(c)
+            return
+        rest = c.rxn - flen
+        if rest:
+            rx[0:rest] = rx[flen:c.rxn]   # pipelined requests: keep the next one for the next poll
+        c.rxn = rest
+        c.last_ms = now_ms
+        if c.tx[7] & 0x80:
+            self.count("exceptions")
+        self.count("requests")
+        self._send(c)
+
+    def _send(self, c):
+        try:
+            sent = c.sock.send(memoryview(c.tx)[c.txoff:c.txn])
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                self.count("send_errors")
+                self._drop(c)
+            return
+        c.txoff += sent
+        if c.txoff >= c.txn:
+            c.txn = 0
+            c.txoff = 0
+
+    def status(self):
+        """GET /api/v1/modbus/status body (aio-wattwaechter ModbusStatus)."""
+        return {"enabled": self.enabled, "running": self.running, "port": self.port,
+                "active_connections": self.active_connections(), "registers": self.map.registers()}
+
+    def describe(self):
+        d = Module.describe(self)
+        d["enabled"] = self.enabled
+        d["port"] = self.port
+        d["model"] = self.map.model
+        d["clients"] = self.active_connections()
+        d["sockets"] = self.sockets_in_use()
+        d["overflows"] = self.map.overflows
+        return d

@@ -1,0 +1,399 @@
+"""ModbusServer on the socketpool stand-in (device errno, 8 sockets), driven by pymodbus, pysunspec2 and raw frames."""
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+import socketpool
+import sunspec2.modbus.client as ss_client
+from adafruit_ticks import ticks_add, ticks_ms
+from pymodbus.client import ModbusTcpClient
+from pymodbus.exceptions import ConnectionException, ModbusIOException
+
+from core.bus import Bus
+from core.settings import Settings
+from meter.reading import Reading
+from services.modbus_server import ModbusServer, handle_frame
+from services.sunspec_map import BASE, SunSpecMap
+from tools.mpvm import MicroVM
+
+VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4321000, -1), "16.7.0": (-1234, 0), "36.7.0": (-500, 0),
+          "14.7.0": (4998, -2)}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Harness:
+    """The server polled in a thread as the supervisor would; the clock can be pushed forward."""
+
+    def __init__(self, enable=True, model=203):
+        self.bus = Bus()
+        self.settings = Settings()
+        self.settings.doc["modbus"]["enable"] = enable
+        self.settings.doc["modbus"]["model"] = model
+        self.port = free_port()
+        self.server = ModbusServer(socketpool.SocketPool(None), self.bus, self.settings, host="127.0.0.1",
+                                   port_override=self.port, serial="024d50000001", version="0.1.0")
+        self.skew_ms = 0
+        self.polls = 0
+        self._run = True
+        self.error = None
+        self.server.start()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while self._run:
+            try:
+                self.server.poll(ticks_add(ticks_ms(), self.skew_ms))
+            except Exception as exc:   # a test asserts on it instead of a silent dead thread
+                self.error = exc
+                return
+            self.polls += 1
+            time.sleep(0.0005)
+
+    def settle(self, polls=5):
+        """Wait until the server loop went round a few more times."""
+        target = self.polls + polls
+        deadline = time.monotonic() + 5
+        while self.polls < target and time.monotonic() < deadline and self.error is None:
+            time.sleep(0.001)
+        assert self.error is None, self.error
+
+    def publish(self, reading):
+        self.bus.publish("reading", reading)
+        self.settle()
+
+    def set(self, key, value):
+        section, name = key.split(".")
+        self.settings.doc[section][name] = value
+        self.bus.publish("settings", [key])
+        self.settle()
+
+    def close(self):
+        self._run = False
+        self._thread.join(5)
+        self.server.stop()
+
+
+@pytest.fixture
+def srv():
+    h = Harness()
+    h.publish(Reading(1, dict(VALUES)))
+    yield h
+    h.close()
+    assert socketpool.open_count() == 0
+
+
+def client(h, **kw):
+    c = ModbusTcpClient("127.0.0.1", port=h.port, timeout=2, retries=0, reconnect_delay=0, **kw)
+    assert c.connect()
+    return c
+
+
+def raw(h):
+    s = socket.create_connection(("127.0.0.1", h.port), timeout=2)
+    return s
+
+
+def mbap(tid, unit, pdu, proto=0, length=None):
+    return struct.pack(">HHHB", tid, proto, len(pdu) + 1 if length is None else length, unit) + pdu
+
+
+def read_req(tid, start, count, fc=3, unit=1):
+    return mbap(tid, unit, struct.pack(">BHH", fc, start, count))
+
+
+def recv_exact(s, n):
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            return out
+        out += chunk
+    return out
+
+
+def closed_by_peer(s):
+    """True when the server closed the connection (EOF or reset) within the timeout."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+# --- the pure frame handler, exact bytes -------------------------------------------------------
+
+def answer(frame, m=None):
+    m = m or SunSpecMap(203)
+    tx = bytearray(260)
+    n = handle_frame(bytearray(frame), len(frame), m, tx)
+    return None if n < 0 else bytes(tx[:n])
+
+
+def test_frame_read_holding_and_input_answer_the_same_bytes():
+    m = SunSpecMap(203)
+    assert answer(read_req(0x1234, BASE, 2), m) == bytes.fromhex("1234 0000 0007 01 03 04") + b"SunS"
+    assert answer(read_req(0x1234, BASE, 2, fc=4), m) == bytes.fromhex("1234 0000 0007 01 04 04") + b"SunS"
+    full = answer(read_req(7, BASE + 54, 125), m)
+    assert full[:9] == bytes.fromhex("0007 0000 00fd 01 03 fa") and full[9:] == bytes(m.image[108:358])
+
+
+@pytest.mark.parametrize("frame,reply", [
+    (read_req(1, BASE, 0), "0001 0000 0003 01 83 03"),                 # count 0
+    (read_req(1, BASE, 126), "0001 0000 0003 01 83 03"),               # count above 125
+    (read_req(1, BASE + 178, 2), "0001 0000 0003 01 83 02"),           # runs past the end marker
+    (read_req(1, BASE - 1, 1), "0001 0000 0003 01 83 02"),
+    (read_req(1, 0, 1, fc=4), "0001 0000 0003 01 84 02"),              # pysunspec2 probes base 0 and 50000
+    (read_req(1, 50000, 3), "0001 0000 0003 01 83 02"),
+    (mbap(1, 1, bytes.fromhex("06 9c40 0001")), "0001 0000 0003 01 86 01"),   # write single register
+    (mbap(1, 1, bytes.fromhex("01 9c40 0001")), "0001 0000 0003 01 81 01"),   # read coils
+    (mbap(1, 1, bytes.fromhex("03 9c40")), "0001 0000 0003 01 83 03"),        # FC 3 PDU too short
+    (read_req(1, BASE, 1, unit=0), "0001 0000 0005 00 03 02 5375"),
+    (read_req(1, BASE, 1, unit=255), "0001 0000 0005 ff 03 02 5375"),
+    (read_req(1, BASE, 1, unit=2), "0001 0000 0003 02 83 0b"),         # not us: gateway target failed
+])
+def test_frame_exceptions(frame, reply):
+    assert answer(frame) == bytes.fromhex(reply.replace(" ", ""))
+
+
+@pytest.mark.parametrize("frame", [
+    read_req(1, BASE, 1)[:2] + b"\x00\x01" + read_req(1, BASE, 1)[4:],   # protocol id 1
+    mbap(1, 1, b"", length=1),                                           # length below unit id + FC
+])
+def test_frame_malformed_mbap_closes(frame):
+    assert answer(frame) is None
+
+
+def test_serving_one_read_inside_micropython():
+    """The frame handler runs in MicroPython 1.27 and answers with the same bytes."""
+    code = (
+        "from services.sunspec_map import SunSpecMap\n"
+        "from services.modbus_server import handle_frame\n"
+        "import binascii\n"
+        "m = SunSpecMap(203)\n"
+        "tx = bytearray(260)\n"
+        "req = bytearray(binascii.unhexlify(%r))\n"
+        "n = handle_frame(req, len(req), m, tx)\n"
+        "print(binascii.hexlify(tx[:n]).decode())\n" % read_req(1, BASE + 54, 125).hex()
+    )
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        out, _fuel = vm.run(code)
+    assert out.strip() == answer(read_req(1, BASE + 54, 125), SunSpecMap(203)).hex()
+
+
+# --- the server on sockets --------------------------------------------------------------------
+
+def test_pymodbus_reads_the_map_with_fc3_and_fc4(srv):
+    c = client(srv)
+    try:
+        hr = c.read_holding_registers(BASE, count=2, device_id=1)
+        assert not hr.isError() and struct.pack(">HH", *hr.registers) == b"SunS"
+        start = BASE + 54
+        hr = c.read_holding_registers(start, count=125, device_id=1)
+        ir = c.read_input_registers(start, count=125, device_id=1)
+        assert hr.registers == ir.registers and len(hr.registers) == 125
+        off = srv.server.map.offset(start, 125)
+        assert struct.pack(">125H", *hr.registers) == bytes(srv.server.map.image[off:off + 250])
+        w = c.read_holding_registers(BASE + 88, count=5, device_id=1).registers
+        assert struct.unpack(">hhhhh", struct.pack(">5H", *w)) == (-1234, -500, -32768, -32768, 0)
+    finally:
+        c.close()
+
+
+def test_pymodbus_exceptions(srv):
+    c = client(srv)
+    try:
+        for start, count in ((BASE + 179, 1), (BASE + 170, 20), (0, 3), (50000, 3), (BASE - 10, 11)):
+            rr = c.read_holding_registers(start, count=count, device_id=1)
+            assert rr.isError() and rr.exception_code == 2, (start, count)
+        rr = c.write_register(BASE, 1, device_id=1)
+        assert rr.isError() and rr.exception_code == 1
+        rr = c.read_coils(0, count=1, device_id=1)
+        assert rr.isError() and rr.exception_code == 1
+        # the connection survives every exception
+        assert not c.read_input_registers(BASE, count=1, device_id=0).isError()
+        assert not c.read_input_registers(BASE, count=1, device_id=255).isError()
+    finally:
+        c.close()
+    s = raw(srv)
+    try:
+        for count in (0, 126):
+            s.sendall(read_req(9, BASE, count))
+            assert recv_exact(s, 9) == bytes.fromhex("0009 0000 0003 01 83 03".replace(" ", ""))
+    finally:
+        s.close()
+
+
+def test_pysunspec2_scans_models_1_and_203(srv):
+    dev = ss_client.SunSpecModbusClientDeviceTCP(slave_id=1, ipaddr="127.0.0.1", ipport=srv.port, timeout=3)
+    try:
+        dev.scan()
+        assert sorted(k for k in dev.models if isinstance(k, int)) == [1, 203]
+        assert dev.common[0].SN.cvalue == "024d50000001"
+        meter = dev.models[203][0]
+        assert meter.W.cvalue == -1234
+        assert meter.TotWhImp.cvalue == 12345679 and meter.TotWhExp.cvalue == 432100
+        assert meter.WphB.cvalue is None
+    finally:
+        dev.close()
+
+
+def test_model_213_by_setting_and_staleness(srv):
+    srv.set("modbus.model", 213)
+    dev = ss_client.SunSpecModbusClientDeviceTCP(slave_id=1, ipaddr="127.0.0.1", ipport=srv.port, timeout=3)
+    try:
+        dev.scan()
+        meter = dev.models[213][0]
+        assert meter.W.cvalue == -1234.0 and meter.TotWhExp.cvalue == 432100.0
+        srv.publish(None)          # the meter went silent
+        dev.connect()
+        meter.read()
+        assert meter.W.cvalue is None and meter.TotWhImp.cvalue is None
+    finally:
+        dev.close()
+
+
+def test_third_client_is_refused_and_the_two_keep_working(srv):
+    before = socketpool.open_count()
+    a, b = client(srv), client(srv)
+    try:
+        assert not a.read_holding_registers(BASE, count=2).isError()
+        assert not b.read_holding_registers(BASE, count=2).isError()
+        srv.settle()
+        assert srv.server.active_connections() == 2
+        assert socketpool.open_count() == before + 2
+        third = ModbusTcpClient("127.0.0.1", port=srv.port, timeout=2, retries=0, reconnect_delay=0)
+        third.connect()   # the kernel completes the handshake; the server then closes it at once
+        with pytest.raises((ConnectionException, ModbusIOException, ConnectionError)):
+            rr = third.read_holding_registers(BASE, count=2)
+            if rr.isError():
+                raise ModbusIOException("error reply")
+        third.close()
+        srv.settle()
+        assert srv.server.counters.get("refused", 0) >= 1
+        assert socketpool.open_count() == before + 2
+        assert not a.read_holding_registers(BASE, count=2).isError()
+        assert not b.read_input_registers(BASE, count=2).isError()
+        b.close()
+        srv.settle(20)
+        assert srv.server.active_connections() == 1
+        c = client(srv)
+        assert not c.read_holding_registers(BASE, count=2).isError()   # the freed slot serves again
+        c.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_malformed_mbap_closes_only_that_connection(srv):
+    good = client(srv)
+    bad = raw(srv)
+    try:
+        bad.sendall(struct.pack(">HHHB", 1, 7, 6, 1) + struct.pack(">BHH", 3, BASE, 1))   # protocol id 7
+        assert closed_by_peer(bad)
+        assert not good.read_holding_registers(BASE, count=2).isError()
+        bad2 = raw(srv)
+        bad2.sendall(struct.pack(">HHHB", 1, 0, 1000, 1) + b"\x03")                      # length 1000
+        assert closed_by_peer(bad2)
+        bad2.close()
+        srv.settle()
+        assert srv.server.counters["bad_frames"] == 2
+        assert not good.read_input_registers(BASE, count=2).isError()
+    finally:
+        good.close()
+        bad.close()
+
+
+def test_split_and_pipelined_frames(srv):
+    s = raw(srv)
+    try:
+        req = read_req(5, BASE, 2)
+        for b in req:                         # one byte per TCP segment
+            s.sendall(bytes([b]))
+            time.sleep(0.002)
+        assert recv_exact(s, 13) == bytes.fromhex("0005 0000 0007 01 03 04".replace(" ", "")) + b"SunS"
+        s.sendall(read_req(6, BASE, 1) + read_req(7, BASE + 1, 1) + read_req(8, 0, 1))
+        got = recv_exact(s, 11 + 11 + 9)
+        assert got == (bytes.fromhex("0006 0000 0005 01 03 02 5375".replace(" ", ""))
+                       + bytes.fromhex("0007 0000 0005 01 03 02 6e53".replace(" ", ""))
+                       + bytes.fromhex("0008 0000 0003 01 83 02".replace(" ", "")))
+    finally:
+        s.close()
+
+
+def test_idle_client_is_closed_after_five_minutes(srv):
+    s = raw(srv)
+    try:
+        s.sendall(read_req(1, BASE, 1))
+        assert len(recv_exact(s, 11)) == 11
+        srv.skew_ms = 299000
+        srv.settle()
+        s.settimeout(0.3)
+        assert not closed_by_peer(s)           # 4:59 idle: still open
+        srv.skew_ms = 300500
+        s.settimeout(2)
+        assert closed_by_peer(s)
+        assert srv.server.counters["idle_closed"] == 1
+    finally:
+        s.close()
+
+
+def test_disabled_server_holds_no_socket_and_follows_the_setting():
+    h = Harness(enable=False)
+    try:
+        h.settle()
+        assert not h.server.running and socketpool.open_count() == 0
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", h.port), timeout=1)
+        h.set("modbus.enable", True)
+        assert h.server.running and socketpool.open_count() == 1
+        c = client(h)
+        assert not c.read_holding_registers(BASE, count=2).isError()
+        h.set("modbus.enable", False)
+        assert not h.server.running and socketpool.open_count() == 0
+        with pytest.raises((ConnectionException, ModbusIOException, ConnectionError)):
+            rr = c.read_holding_registers(BASE, count=2)
+            if rr.isError():
+                raise ModbusIOException("error reply")
+        c.close()
+        st = h.server.status()
+        assert (st["enabled"], st["running"], st["port"], st["active_connections"]) == (False, False, h.port, 0)
+    finally:
+        h.close()
+
+
+def test_out_of_sockets_is_counted_not_fatal(srv):
+    hogs = []
+    pool = socketpool.SocketPool(None)
+    try:
+        while socketpool.open_count() < socketpool.MAX_SOCKETS:
+            hogs.append(pool.socket())
+        s = raw(srv)      # the kernel accepts; the device's accept() finds no socket left
+        assert closed_by_peer(s)
+        s.close()
+        srv.settle()
+        assert srv.server.counters["accept_errors"] >= 1 and srv.error is None
+    finally:
+        for x in hogs:
+            x.close()
+    c = client(srv)
+    assert not c.read_holding_registers(BASE, count=2).isError()
+    c.close()
+
+
+def test_status_shape(srv):
+    st = srv.server.status()
+    assert (st["enabled"], st["running"], st["port"]) == (True, True, srv.port)
+    w = [r for r in st["registers"] if r["name"] == "W"][0]
+    assert (w["register"], w["value"], w["raw"], w["scale_register"]) == (40088, -1234.0, -1234, 40092)
