@@ -153,25 +153,25 @@ class IrHead(Module):
         """After the identification line '/XXXZ...CR LF': acknowledge, switch to the offered rate."""
         fr = self.framer
         b = fr.buf
-        if fr.n < 6 or b[0] & 0x7F != 0x2F:
+        while fr.n >= 6 and b[0] & 0x7F == 0x2F:
+            nl = -1
+            for i in range(fr.n):
+                if b[i] & 0x7F == 0x0A:
+                    nl = i
+                    break
+            if nl < 0:
+                return
+            if b[1] & 0x7F == 0x3F:
+                fr.discard(nl + 1)  # the head's echo of our own request '/?!'
+                continue
+            z = (b[4] & 0x7F) - 0x30
+            if not 0 <= z < len(_BAUD):
+                z = 0
+            # ACK, protocol control 0 (normal), baud char, mode selection 0 (data readout).
+            self.uart.write(bytes((0x06, 0x30, 0x30 + z, 0x30, 0x0D, 0x0A)))
+            self._pull = _WAIT_DATA
+            self._set_baud(_BAUD[z])
             return
-        nl = -1
-        for i in range(fr.n):
-            if b[i] & 0x7F == 0x0A:
-                nl = i
-                break
-        if nl < 0:
-            return
-        if b[1] & 0x7F == 0x3F:
-            fr.reset()  # the head's echo of our own request '/?!'
-            return
-        z = (b[4] & 0x7F) - 0x30
-        if not 0 <= z < len(_BAUD):
-            z = 0
-        # ACK, protocol control 0 (normal), baud char, mode selection 0 (data readout).
-        self.uart.write(bytes((0x06, 0x30, 0x30 + z, 0x30, 0x0D, 0x0A)))
-        self._pull = _WAIT_DATA
-        self._set_baud(_BAUD[z])
 
     def _set_baud(self, rate):
         try:

@@ -67,6 +67,12 @@ class Framer:
         """The telegram returned by the last next(), as a memoryview (valid until the next call)."""
         return self._mv[:self._done]
 
+    def discard(self, k):
+        """Throw away the first k bytes held (a line the caller consumed itself)."""
+        self._release()
+        self._drop(k)
+        self._fmt = 0
+
     def telegram_len(self):
         """Length of the telegram at buf[0:] returned by the last next()."""
         return self._done

@@ -58,6 +58,7 @@ class MeterPipeline(Module):
         self._res = SmlResult()
         self._filters = {}
         self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
+        self._server_id = None
         self._last_ok_ms = None
         self._start_ms = None
         self._implausible_run = 0
@@ -178,6 +179,12 @@ class MeterPipeline(Module):
                 values["16.7.0"] = (m, e)
             elif "15.7.0" in values:
                 values["16.7.0"] = values["15.7.0"]
+        if server_id != self._server_id:
+            if self._server_id is not None:
+                self.count("meter_changed")  # another meter: its counters are a new baseline
+            self._last_energy = {}
+            self._filters = {}
+            self._server_id = server_id
         if not self._plausible(values, now_ms):
             return None
         self._last_ok_ms = now_ms
