@@ -100,6 +100,15 @@ def build():
     # --- end mqtt ---
 
     # --- modbus ---
+    from core.version import VERSION
+    from services import routes_modbus
+    from services.modbus_server import ModbusServer
+
+    modbus_port = env("METERPLUS_MODBUS_PORT", None)  # the host runtime's --modbus-port wins over modbus.port
+    app.modbus = sup.add(ModbusServer(pool, bus, settings, host=env("METERPLUS_BIND", "0.0.0.0"),
+                                      port_override=int(modbus_port) if modbus_port is not None else None,
+                                      serial=app.device_id, version=VERSION, log=log))
+    routes.append(routes_modbus)
     # --- end modbus ---
 
     sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
