@@ -1,0 +1,115 @@
+"""Home Assistant MQTT discovery and telemetry payloads, built from the OBIS table (pure, no sockets)."""
+
+import json
+
+from meter import obis
+from meter.decimal import to_str
+
+MANUFACTURER = "Meter Plus"
+MODEL = "Meter Plus IR reader (ESP32-S3)"
+ORIGIN = "Meter Plus firmware"
+ONLINE = "online"
+OFFLINE = "offline"
+
+
+def node_id(device_id):
+    """The discovery node id and the HA device identifier: stable per device."""
+    return "meterplus_" + device_id
+
+
+def default_client_id(device_id):
+    """MQTT client id used when the setting is empty (23 bytes at most, as MQTT 3.1.1 servers must accept)."""
+    return "meterplus-" + device_id
+
+
+def default_prefix(device_id):
+    """Topic prefix used when the setting is empty."""
+    return "meterplus/" + device_id
+
+
+def unique_id(device_id, code):
+    """Stable unique_id of a sensor: device id and the OBIS key, never the language-dependent name."""
+    i = obis.slot(code)
+    return "%s_%s" % (node_id(device_id), obis.ROWS[i][1] if i >= 0 else code.replace(".", "_"))
+
+
+def key(code):
+    """The topic leaf and JSON key of a short OBIS code ("1.8.0" -> "import_total")."""
+    i = obis.slot(code)
+    return obis.ROWS[i][1] if i >= 0 else code.replace(".", "_")
+
+
+def value_topic(prefix, code):
+    """Per-value topic, e.g. meterplus/<id>/import_total."""
+    return "%s/%s" % (prefix, key(code))
+
+
+def state_topic(prefix):
+    """Topic of the one JSON state message."""
+    return prefix + "/state"
+
+
+def status_topic(prefix):
+    """Device availability (online/offline, the retained last will)."""
+    return prefix + "/status"
+
+
+def meter_topic(prefix):
+    """Meter availability: offline while the meter is stale, so HA shows the sensors unavailable."""
+    return prefix + "/meter"
+
+
+def config_topic(discovery_prefix, device_id, code):
+    """<discovery_prefix>/sensor/<node_id>/<key>/config."""
+    return "%s/sensor/%s/%s/config" % (discovery_prefix, node_id(device_id), key(code))
+
+
+def birth_topic(discovery_prefix):
+    """Home Assistant announces itself here with "online" after it (re)starts."""
+    return discovery_prefix + "/status"
+
+
+def value_text(code, m, e):
+    """Exact decimal text of a value in its edge unit: energy Wh -> kWh by an exponent shift, others as is."""
+    if obis.kind(code) == "energy":
+        e -= 3
+    return to_str(m, e)
+
+
+def config_payload(code, device_id, prefix, lang, device_name, sw_version, web_url):
+    """JSON discovery config of one sensor; None for codes outside the OBIS table (no class or unit known)."""
+    meta = obis.lookup(code)
+    if meta is None:
+        return None
+    dev = {
+        "identifiers": [node_id(device_id)],
+        "name": device_name,
+        "manufacturer": MANUFACTURER,
+        "model": MODEL,
+        "sw_version": sw_version,
+    }
+    if web_url:
+        dev["configuration_url"] = web_url
+    cfg = {
+        "name": meta["label_de"] if lang == "de" else meta["label_en"],
+        "unique_id": unique_id(device_id, code),
+        "state_topic": value_topic(prefix, code),
+        "availability": [{"topic": status_topic(prefix)}, {"topic": meter_topic(prefix)}],
+        "availability_mode": "all",
+        "device_class": meta["ha_device_class"],
+        "state_class": meta["ha_state_class"],
+        "unit_of_measurement": meta["unit"],
+        "device": dev,
+        "origin": {"name": ORIGIN, "sw_version": sw_version},
+    }
+    return json.dumps(cfg)
+
+
+def state_json(values, codes):
+    """One JSON object with the given codes' values as exact JSON numbers in edge units, keyed by OBIS key."""
+    parts = []
+    for code in codes:
+        mv = values.get(code)
+        if mv is not None:
+            parts.append('"%s":%s' % (key(code), value_text(code, mv[0], mv[1])))
+    return "{" + ",".join(parts) + "}"

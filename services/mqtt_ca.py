@@ -1,0 +1,168 @@
+"""The custom MQTT CA certificate: validation of one PEM certificate and its crash-safe file on the drive."""
+
+import binascii
+import os
+
+from micropython import const
+
+PATH = "mqtt_ca.pem"
+MAX_BYTES = const(4096)   # documented upload limit; a CA certificate is 1-2.5 KB of PEM
+_BEGIN = "-----BEGIN CERTIFICATE-----"
+_END = "-----END CERTIFICATE-----"
+
+
+class CertError(ValueError):
+    """Not exactly one PEM certificate (the API answers 400)."""
+
+
+class TooLarge(ValueError):
+    """Over MAX_BYTES (the API answers 413)."""
+
+
+def _der_length(der):
+    # Total length of the outer DER SEQUENCE (tag, length octets, content), or -1 when malformed.
+    if len(der) < 2 or der[0] != 0x30:
+        return -1
+    n = der[1]
+    if n < 0x80:
+        return 2 + n
+    k = n & 0x7F
+    if k == 0 or k > 4 or len(der) < 2 + k:
+        return -1
+    size = 0
+    for i in range(k):
+        size = (size << 8) | der[2 + i]
+    return 2 + k + size
+
+
+def validate(text):
+    """Normalised PEM text of exactly one certificate; raises TooLarge or CertError with the reason."""
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_BYTES:
+            raise TooLarge("certificate larger than %d bytes" % MAX_BYTES)
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeError:
+            raise CertError("certificate is not text")
+    if not isinstance(text, str):
+        raise CertError("certificate must be PEM text")
+    if len(text) > MAX_BYTES:
+        raise TooLarge("certificate larger than %d bytes" % MAX_BYTES)
+    s = text.strip()
+    if not s.startswith(_BEGIN) or not s.endswith(_END):
+        raise CertError("not a PEM certificate (BEGIN/END CERTIFICATE lines missing)")
+    if s.count(_BEGIN) != 1 or s.count(_END) != 1:
+        raise CertError("exactly one certificate is accepted (the device trusts a single custom CA)")
+    body = s[len(_BEGIN):-len(_END)]
+    b64 = "".join(body.split())
+    if not b64:
+        raise CertError("empty certificate")
+    for ch in b64:
+        if not ("A" <= ch <= "Z" or "a" <= ch <= "z" or "0" <= ch <= "9" or ch in "+/="):
+            raise CertError("certificate body is not base64")
+    try:
+        der = binascii.a2b_base64(b64)
+    except ValueError:  # binascii.Error on CPython is a ValueError; MicroPython raises ValueError
+        raise CertError("certificate body is not base64")
+    if _der_length(der) != len(der):
+        raise CertError("certificate body is not a DER certificate")
+    # Re-wrap at 64 columns: the form mbedTLS and OpenSSL both parse, whatever the upload's line breaks.
+    lines = [_BEGIN]
+    for i in range(0, len(b64), 64):
+        lines.append(b64[i:i + 64])
+    lines.append(_END)
+    return "\n".join(lines) + "\n"
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read(MAX_BYTES + 1)
+    except OSError:
+        return None
+
+
+class CaStore:
+    """The stored certificate at path (relative to the drive root); writes go through path + ".tmp".
+
+    No os.replace and FAT refuses to rename onto an existing file, so a write is: tmp written and
+    closed, old removed, tmp renamed. A power cut leaves either the old file, or only a complete tmp
+    (recovered by recover()), or a partial tmp beside the old file (discarded by recover()).
+    """
+
+    def __init__(self, path=PATH):
+        self.path = path
+        self.tmp = path + ".tmp"
+        self._pem = None
+        self._loaded = False
+
+    def recover(self):
+        """Finish or undo an interrupted write (run once at start)."""
+        if not _exists(self.tmp):
+            return
+        text = _read(self.tmp)
+        try:
+            validate(text)
+            ok = True
+        except ValueError:
+            ok = False
+        if ok:
+            _remove(self.path)
+            os.rename(self.tmp, self.path)
+        else:
+            _remove(self.tmp)
+        self._loaded = False
+
+    def pem(self):
+        """The stored PEM text, or None (read once and kept: CircuitPython's ssl keeps only a reference)."""
+        if not self._loaded:
+            text = _read(self.path)
+            try:
+                self._pem = validate(text) if text is not None else None
+            except ValueError:
+                self._pem = None  # a damaged file must not break TLS with the built-in bundle
+            self._loaded = True
+        return self._pem
+
+    def save(self, text):
+        """Validate and store; returns the stored PEM text. Raises CertError/TooLarge and changes nothing then."""
+        pem = validate(text)
+        with open(self.tmp, "w") as f:
+            f.write(pem)
+        _remove(self.path)
+        os.rename(self.tmp, self.path)
+        self._pem = pem
+        self._loaded = True
+        return pem
+
+    def delete(self):
+        """Remove the stored certificate; False when there was none."""
+        had = self.pem() is not None or _exists(self.path)
+        _remove(self.path)
+        _remove(self.tmp)
+        self._pem = None
+        self._loaded = True
+        return had
+
+    def status(self, bundle_size=0):
+        """{has_custom_cert, bundle_size, custom_size}: bundle_size is what TLS verifies against in bytes
+        (the custom certificate replaces the built-in bundle, whose size CircuitPython does not expose: 0)."""
+        pem = self.pem()
+        size = len(pem) if pem is not None else 0
+        return {"has_custom_cert": pem is not None, "bundle_size": size if pem is not None else bundle_size,
+                "custom_size": size}
