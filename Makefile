@@ -4,7 +4,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum < requirements-dev.txt | cut -d' ' -f1)
+SUM    := $(shell cksum < requirements-dev.txt | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(SUM)
+RUN_STAMP := $(VENV)/.run-installed-$(SUM)
 ARGS   ?=
 
 .PHONY: run test bench soak sysdeps clean
@@ -22,7 +24,14 @@ $(STAMP): requirements-dev.txt
 		grep -v -E 'requires (adafruit-blinka|adafruit-circuitpython-busdevice|adafruit-circuitpython-requests),'
 	@touch $@
 
-run: $(STAMP)
+$(RUN_STAMP): requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@rm -f $(VENV)/.run-installed-*
+	grep -E '#[[:space:]]*run' requirements-dev.txt > $(VENV)/requirements-run.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(VENV)/requirements-run.txt
+	@touch $@
+
+run: $(RUN_STAMP)
 	$(BIN)/python -m host $(ARGS)
 
 sysdeps:
