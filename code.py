@@ -97,6 +97,27 @@ def build():
     # --- end api ---
 
     # --- mqtt ---
+    try:
+        import ssl
+    except ImportError:  # a build without ssl: TLS brokers fail with a clear last_error, plain ones work
+        ssl = None
+    from services import routes_mqtt
+    from services.mqtt import MqttService
+    from services.mqtt_ca import CaStore
+
+    mqtt_web_port = int(env("METERPLUS_HTTP_PORT", 80))
+
+    def mqtt_web_url():
+        """The device's web address for Home Assistant's device page (the address can change with DHCP)."""
+        ip = wifi.radio.ipv4_address
+        if ip is None:
+            return None
+        return "http://%s/" % ip if mqtt_web_port == 80 else "http://%s:%d/" % (ip, mqtt_web_port)
+
+    app.mqtt = sup.add(MqttService(pool, bus, settings, app.device_id,
+                                   ssl_context=ssl.create_default_context if ssl is not None else None,
+                                   ca_store=CaStore(CA_PATH), web_url=mqtt_web_url, log=log))
+    routes.append(routes_mqtt)
     # --- end mqtt ---
 
     # --- modbus ---

@@ -183,7 +183,7 @@ class MqttService(Module):
         self._settings = settings
         self.device_id = device_id
         self._ssl_factory = ssl_context
-        self._ca = ca_store
+        self.ca = ca_store
         self._web_url = web_url
         self._log = log
         self._rand = rand
@@ -229,8 +229,8 @@ class MqttService(Module):
         self._url = None
 
     def start(self):
-        if self._ca is not None:
-            self._ca.recover()
+        if self.ca is not None:
+            self.ca.recover()
         self._configure(self._now)
 
     def stop(self):
@@ -420,7 +420,7 @@ class MqttService(Module):
             if self._ssl_factory is None:
                 raise ValueError("TLS requested but this build has no ssl module")
             ctx = self._ssl_factory()
-            pem = self._ca.pem() if self._ca is not None else None
+            pem = self.ca.pem() if self.ca is not None else None
             if pem is not None:
                 ctx.load_verify_locations(cadata=pem)  # replaces the built-in bundle on CircuitPython
             self._ssl_ctx = ctx

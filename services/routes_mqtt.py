@@ -1,0 +1,67 @@
+"""MQTT routes: GET /api/v1/mqtt/status and GET/POST/DELETE /api/v1/mqtt/ca (token levels are the server's job)."""
+
+import json
+
+from adafruit_httpserver import DELETE, GET, POST, JSONResponse, Route
+
+from services.mqtt_ca import MAX_BYTES, CertError, TooLarge
+
+
+def _error(request, code, reason, message):
+    return JSONResponse(request, {"error": message}, status=(code, reason))
+
+
+def _certificate_text(request):
+    """The PEM text of a POST: text/plain (the spec) or {"certificate": "..."} (aio-wattwaechter); raises."""
+    body = request.body or b""
+    ctype = request.headers.get_directive("Content-Type")
+    if ctype is not None and ctype.lower() == "application/json":
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeError):
+            raise CertError("malformed JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("certificate"), str):
+            raise CertError('JSON body must be {"certificate": "<PEM text>"}')
+        return data["certificate"]
+    if len(body) > MAX_BYTES:
+        raise TooLarge("certificate larger than %d bytes" % MAX_BYTES)
+    return body  # mqtt_ca.validate decodes and checks it
+
+
+def routes(app):
+    """[Route] for the MQTT status and the custom CA; app.mqtt is the MqttService (its .ca the CaStore)."""
+
+    def mqtt_status(request):
+        return JSONResponse(request, app.mqtt.status())
+
+    def ca_status(request):
+        return JSONResponse(request, app.mqtt.ca.status())
+
+    def ca_upload(request):
+        ca = app.mqtt.ca
+        try:
+            ca.save(_certificate_text(request))
+        except TooLarge as exc:
+            return _error(request, 413, "Payload Too Large", str(exc))
+        except CertError as exc:
+            return _error(request, 400, "Bad Request", str(exc))
+        except OSError as exc:
+            return _error(request, 500, "Internal Server Error", "certificate could not be stored (%s)" % exc)
+        app.mqtt.ca_changed()
+        return JSONResponse(request, {"success": True, "message": "CA certificate stored; MQTT over TLS uses it "
+                                      "instead of the built-in bundle", "bundle_size": ca.status()["bundle_size"]})
+
+    def ca_delete(request):
+        ca = app.mqtt.ca
+        if not ca.delete():
+            return _error(request, 404, "Not Found", "no custom CA certificate is stored")
+        app.mqtt.ca_changed()
+        return JSONResponse(request, {"success": True, "message": "CA certificate deleted; MQTT over TLS uses the "
+                                      "built-in bundle", "bundle_size": ca.status()["bundle_size"]})
+
+    return [
+        Route("/api/v1/mqtt/status", GET, mqtt_status),
+        Route("/api/v1/mqtt/ca", GET, ca_status),
+        Route("/api/v1/mqtt/ca", POST, ca_upload),
+        Route("/api/v1/mqtt/ca", DELETE, ca_delete),
+    ]
