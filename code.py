@@ -94,6 +94,32 @@ def build():
     # --- end history ---
 
     # --- api: routes, auth, settings ---
+    from services import routes_auth, routes_logs, routes_misc, routes_settings, routes_system
+    from services.auth import Tokens
+    from services.flash_log import FlashLog
+
+    if not settings.exists() and env("CIRCUITPY_WIFI_SSID", ""):
+        try:  # first boot: settings.toml's WiFi keys seed the document once
+            settings.update({"wifi": {"primary": {"ssid": env("CIRCUITPY_WIFI_SSID", ""),
+                                                  "password": env("CIRCUITPY_WIFI_PASSWORD", "")}}})
+        except Exception as exc:
+            log.warning("settings.toml WiFi not taken: %s", exc)
+    led.enabled = settings.get("ledEnable", True)
+    app.auth = Tokens(TOKENS_PATH)
+    app.auth.load()
+    try:
+        import espidf  # the largest free block of the heap, for /system/info
+
+        app.heap_largest = espidf.heap_caps_get_largest_free_block
+    except ImportError:
+        app.heap_largest = None
+    flash_log = sup.add(FlashLog(app.boot_ticks, wall_time=lambda: app.clock.time()
+                                 if app.clock is not None and app.clock.synced else None))
+    log.sinks.append(flash_log.sink)
+    flushables.append(flash_log)
+    app.flash_log = flash_log
+    app.wifi_scanner = sup.add(routes_system.WifiScanner(wifi.radio))
+    routes.extend((routes_system, routes_settings, routes_auth, routes_misc, routes_logs))
     # --- end api ---
 
     # --- mqtt ---
@@ -132,8 +158,8 @@ def build():
     routes.append(routes_modbus)
     # --- end modbus ---
 
-    sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
-                             port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes))
+    sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"), port=int(env("METERPLUS_HTTP_PORT", 80)),
+                             route_modules=routes, rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))))
     sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))

@@ -1,8 +1,10 @@
-"""The device settings document: defaults, read access by dotted path."""
+"""The device settings document: defaults, schema validation, all-or-nothing updates, atomic storage, secrets."""
 
 import json
+import os
 
-# Defaults of the spec's settings table (device-api.md). Validation and persistence grow here.
+# Defaults of the spec's settings table (device-api.md); the wire names follow aio-wattwaechter where the spec
+# shows none. Encodings the spec leaves open: language.active "de"/"en", medianFilterSize 0 = Off.
 DEFAULTS = {
     "device_name": "Meter Plus",
     "ledEnable": True,
@@ -27,17 +29,324 @@ DEFAULTS = {
     "history": {"flushMinutes": 60},
 }
 
+LANGUAGES = (("de", "Deutsch"), ("en", "English"))
+SECRETS = ("wifi.primary.password", "wifi.secondary.password", "accessPoint.password", "mqtt.password")
+# Keys that take effect only at the next restart (the radio is configured at boot); everything else applies at once.
+RESTART_PREFIXES = ("wifi.", "accessPoint.")
+
+# dotted key -> (kind, a, b). Kinds: bool; text (max a characters); ssid (max 32 bytes); wpa (secret 8..63 bytes);
+# secret (max a bytes); ipv4/mask (empty allowed); host (hostname or IPv4, empty allowed if a); zone; lang;
+# int (a..b); choice (a = allowed values); ratio (1..10000 in steps of 0.1); topic (max a characters, no + or #).
+_IP = (("static_ip", ("bool", 0, 0)), ("ip", ("ipv4", 0, 0)), ("subnet", ("mask", 0, 0)),
+       ("gateway", ("ipv4", 0, 0)), ("dns", ("ipv4", 0, 0)))
+SCHEMA = {
+    "device_name": ("text", 31, 0),
+    "ledEnable": ("bool", 0, 0),
+    "accessPoint.enable": ("bool", 0, 0),
+    "accessPoint.ssid": ("ssid", 0, 0),
+    "accessPoint.password_enable": ("bool", 0, 0),
+    "accessPoint.password": ("wpa", 0, 0),
+    "api_auth_required": ("bool", 0, 0),
+    "timezone": ("zone", 0, 0),
+    "ntp_server": ("host", False, 0),
+    "language.active": ("lang", 0, 0),
+    "mqtt.enable": ("bool", 0, 0),
+    "mqtt.host": ("host", True, 0),
+    "mqtt.port": ("int", 1, 65535),
+    "mqtt.use_tls": ("bool", 0, 0),
+    "mqtt.user": ("text", 64, 0),
+    "mqtt.password": ("secret", 64, 0),
+    "mqtt.client_id": ("text", 64, 0),
+    "mqtt.topic_prefix": ("topic", 64, 0),
+    "mqtt.sendInterval": ("int", 1, 3600),
+    "mqtt.discovery_prefix": ("topic", 64, 0),
+    "modbus.enable": ("bool", 0, 0),
+    "modbus.port": ("int", 1, 65535),
+    "modbus.model": ("choice", (203, 213), 0),
+    "cloudIotEnabled": ("bool", 0, 0),
+    "medianFilterSize": ("choice", (0, 3, 5, 7, 9), 0),
+    "ctRatio": ("ratio", 0, 0),
+    "autoOta": ("bool", 0, 0),
+    "history.flushMinutes": ("int", 1, 1440),
+}
+for _p in ("primary", "secondary"):
+    SCHEMA["wifi.%s.ssid" % _p] = ("ssid", 0, 0)
+    SCHEMA["wifi.%s.password" % _p] = ("wpa", 0, 0)
+    SCHEMA["wifi.%s.enable" % _p] = ("bool", 0, 0)
+    for _k, _v in _IP:
+        SCHEMA["wifi.%s.%s" % (_p, _k)] = _v
+
 
 def _copy(tree):
     return json.loads(json.dumps(tree))
 
 
-class Settings:
-    """Settings document held in RAM; path is the JSON file on the flash (may not exist yet)."""
+# --- atomic storage: FAT has no atomic replace and no rename onto an existing file ---
 
-    def __init__(self, path=None):
+def _sync():
+    try:
+        os.sync()
+    except (AttributeError, OSError):
+        pass
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _load_file(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (OSError, UnicodeError):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None  # torn or zeroed by a power cut
+
+
+def write_atomic(path, obj):
+    """Store obj as JSON so that a power cut at any step leaves the old or the new document readable.
+
+    Steps: write path.tmp completely; drop a stale path.bak; rename path -> path.bak; rename path.tmp -> path;
+    remove path.bak. read_json_file() prefers path, then a complete path.tmp, then path.bak.
+    """
+    tmp = path + ".tmp"
+    bak = path + ".bak"
+    text = json.dumps(obj)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+    _sync()
+    _remove(bak)
+    if _exists(path):
+        os.rename(path, bak)
+    os.rename(tmp, path)
+    _sync()
+    _remove(bak)
+
+
+def read_json_file(path):
+    """The stored document, recovered from an interrupted write_atomic if needed; None when there is none."""
+    data = _load_file(path)
+    if data is not None:
+        return data
+    for other in (path + ".tmp", path + ".bak"):
+        data = _load_file(other)
+        if data is not None:
+            try:  # put it back in place, so the next write starts from a clean state
+                _remove(path)
+                os.rename(other, path)
+            except OSError:
+                pass
+            return data
+    return None
+
+
+# --- validation ---
+
+def _parse_ipv4(text):
+    """Tuple of four ints, or None when text is not a dotted-quad IPv4 address."""
+    parts = text.split(".")
+    if len(parts) != 4:
+        return None
+    out = []
+    for p in parts:
+        if not p or len(p) > 3 or not p.isdigit() or (len(p) > 1 and p[0] == "0"):
+            return None
+        v = int(p)
+        if v > 255:
+            return None
+        out.append(v)
+    return out
+
+
+def _is_mask(octets):
+    n = (octets[0] << 24) | (octets[1] << 16) | (octets[2] << 8) | octets[3]
+    inv = (~n) & 0xFFFFFFFF
+    return n != 0 and (inv & (inv + 1)) == 0  # ones then zeros
+
+
+def _is_hostname(text):
+    if len(text) > 253:
+        return False
+    for label in text.split("."):
+        if not 1 <= len(label) <= 63 or label[0] == "-" or label[-1] == "-":
+            return False
+        for ch in label:
+            if not (ch.isalpha() or ch.isdigit() or ch == "-") or ord(ch) > 127:
+                return False
+    return True
+
+
+def _printable(text):
+    for ch in text:
+        if ord(ch) < 32 or ord(ch) == 127:
+            return False
+    return True
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check(key, value, zone_ok):
+    """(normalised value, None) when value is valid for key, else (None, reason)."""
+    kind, a, b = SCHEMA[key]
+    if kind == "bool":
+        return (value, None) if isinstance(value, bool) else (None, "must be true or false")
+    if kind in ("int", "choice"):
+        if not _is_int(value):
+            return None, "must be an integer"
+        if kind == "int" and not a <= value <= b:
+            return None, "must be %d to %d" % (a, b)
+        if kind == "choice" and value not in a:
+            return None, "must be one of %s" % ", ".join(str(x) for x in a)
+        return value, None
+    if kind == "ratio":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, "must be a number"
+        if not 1 <= value <= 10000:
+            return None, "must be 1 to 10000"
+        tenths = value * 10
+        if abs(tenths - round(tenths)) > 1e-6:
+            return None, "must be a multiple of 0.1"
+        tenths = int(round(tenths))
+        return (tenths // 10 if tenths % 10 == 0 else tenths / 10), None
+    if not isinstance(value, str):
+        if value is None and kind in ("wpa", "secret"):
+            return None, None  # null clears a secret
+        return None, "must be a string"
+    if kind == "text" or kind == "topic":
+        if len(value) > a:
+            return None, "at most %d characters" % a
+        if not _printable(value):
+            return None, "control characters are not allowed"
+        if kind == "topic" and ("+" in value or "#" in value or value.endswith("/")):
+            return None, "must not contain the MQTT wildcards + or # nor end with /"
+        return value, None
+    if kind == "ssid":
+        if len(value.encode()) > 32:
+            return None, "at most 32 bytes"
+        return value, None
+    if kind == "wpa":
+        n = len(value.encode())
+        if n and not 8 <= n <= 63:
+            return None, "must be 8 to 63 bytes (WPA2); empty keeps the stored one, null clears it"
+        return value, None
+    if kind == "secret":
+        if len(value.encode()) > a:
+            return None, "at most %d bytes" % a
+        return value, None
+    if kind in ("ipv4", "mask"):
+        if value == "":
+            return value, None
+        octets = _parse_ipv4(value)
+        if octets is None:
+            return None, "must be an IPv4 address like 192.168.1.10"
+        if kind == "mask" and not _is_mask(octets):
+            return None, "must be a netmask like 255.255.255.0"
+        return value, None
+    if kind == "host":
+        if value == "":
+            return (value, None) if a else (None, "must not be empty")
+        if not _is_hostname(value):
+            return None, "must be a host name or IPv4 address"
+        return value, None
+    if kind == "zone":
+        if not value or len(value) > 64 or not zone_ok(value):
+            return None, "unknown time zone (see /api/v1/system/timezones)"
+        return value, None
+    if kind == "lang":
+        for code, _name in LANGUAGES:
+            if value == code:
+                return value, None
+        return None, "must be de or en"
+    return None, "unknown key"
+
+
+def _groups():
+    out = set()
+    for key in SCHEMA:
+        parts = key.split(".")
+        for i in range(1, len(parts)):
+            out.add(".".join(parts[:i]))
+    return out
+
+
+_GROUPS = _groups()
+
+
+def _get(tree, dotted):
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _set(tree, dotted, value):
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+class SettingsError(Exception):
+    """A rejected update: fields maps each offending dotted key to its reason; nothing was changed."""
+
+    def __init__(self, fields):
+        Exception.__init__(self, "Invalid settings")
+        self.fields = fields
+
+
+def tz_table():
+    """Path of core/tz.dat beside core/tz.py: the drive root on the device, the sources on the host runtime."""
+    from core import tz
+
+    f = getattr(tz, "__file__", None) or ""
+    cut = f.rfind("/")
+    return f[:cut + 1] + "tz.dat" if cut >= 0 else tz.TABLE
+
+
+def _zone_from_table(name):
+    from core import tz  # imported only when a zone is validated
+
+    for zone, _off in tz.list_zones(0, tz_table()):
+        if zone == name:
+            return True
+    return False
+
+
+class Settings:
+    """Settings document in RAM backed by path (JSON on the flash); zone_ok(name) validates time zones."""
+
+    def __init__(self, path=None, zone_ok=None):
         self.path = path
         self.doc = _copy(DEFAULTS)
+        self.zone_ok = zone_ok or _zone_from_table
+        self.load_errors = 0
+        self.writes = 0
+        if path:
+            self.load()  # read at construction: every service built after this sees the stored values
 
     def get(self, dotted, default=None):
         """Value at a dotted path such as "mqtt.host", or default."""
@@ -47,3 +356,132 @@ class Settings:
                 return default
             node = node[part]
         return node
+
+    def exists(self):
+        """True when a stored document was found by load()."""
+        return self._found
+
+    _found = False
+
+    def load(self):
+        """Defaults overlaid with the stored document; invalid or unknown stored keys are skipped and counted."""
+        self.doc = _copy(DEFAULTS)
+        data = read_json_file(self.path) if self.path else None
+        self._found = data is not None
+        if not isinstance(data, dict):
+            if data is not None:
+                self.load_errors += 1
+            return
+        for key in SCHEMA:
+            value = _get(data, key)
+            if value is None:
+                continue
+            norm, err = check(key, value, lambda z: True)  # a zone stored earlier stays (the table may change)
+            if err is None and norm is not None:
+                _set(self.doc, key, norm)
+            else:
+                self.load_errors += 1
+
+    def public(self):
+        """The GET document: secrets replaced by a password_set flag, installed languages listed."""
+        out = _copy(self.doc)
+        for key in SECRETS:
+            dot = key.rfind(".")
+            node = _get(out, key[:dot])
+            leaf = key[dot + 1:]
+            node["password_set"] = bool(node.pop(leaf, ""))
+        out["language"]["installed"] = [{"code": c, "name": n} for c, n in LANGUAGES]
+        return out
+
+    def _flatten(self, tree, prefix, flat, errors):
+        for key, value in tree.items():
+            path = prefix + key
+            if not key or path in flat:
+                errors[path or "(empty)"] = "unknown key" if not key else "given twice"
+                continue
+            if path in _GROUPS:
+                if isinstance(value, dict):
+                    self._flatten(value, path + ".", flat, errors)
+                else:
+                    errors[path] = "must be an object"
+                continue
+            flat[path] = value
+
+    def _read_only(self, key, value):
+        """None when key is a read-only key of the GET document posted back unchanged, else a reason."""
+        if key == "language.installed":
+            return None if value == self.public()["language"]["installed"] else "read-only"
+        if key.endswith(".password_set") and key[:-4] in SECRETS:
+            return None if value == bool(self.get(key[:-4])) else "read-only"
+        return "unknown key"
+
+    def prepare(self, patch):
+        """(new document, changed dotted keys, errors) for a partial update; self is not touched."""
+        errors = {}
+        if not isinstance(patch, dict):
+            return None, [], {"(body)": "must be a JSON object"}
+        flat = {}
+        self._flatten(patch, "", flat, errors)
+        doc = _copy(self.doc)
+        changed = []
+        for key, value in flat.items():
+            if key not in SCHEMA:
+                reason = self._read_only(key, value)
+                if reason is not None:
+                    errors[key] = reason
+                continue
+            norm, err = check(key, value, self.zone_ok)
+            if err is not None:
+                errors[key] = err
+                continue
+            kind = SCHEMA[key][0]
+            if kind in ("wpa", "secret"):
+                if value == "":
+                    continue  # empty keeps the stored secret
+                norm = "" if value is None else norm
+            if _get(doc, key) != norm:
+                _set(doc, key, norm)
+                changed.append(key)
+        self._cross_checks(doc, flat, errors)
+        return doc, changed, errors
+
+    @staticmethod
+    def _cross_checks(doc, flat, errors):
+        """Rules between keys, checked on the resulting document for the groups the request touched."""
+        for p in ("primary", "secondary"):
+            base = "wifi.%s." % p
+            touched = False
+            for key in flat:
+                if key.startswith(base):
+                    touched = True
+            if touched and _get(doc, base + "static_ip"):
+                for leaf in ("ip", "subnet", "gateway"):
+                    if not _get(doc, base + leaf) and base + leaf not in errors:
+                        errors[base + leaf] = "required when static_ip is true"
+        if ("mqtt.enable" in flat or "mqtt.host" in flat) and _get(doc, "mqtt.enable") and not _get(doc, "mqtt.host"):
+            if "mqtt.host" not in errors:
+                errors["mqtt.host"] = "required when mqtt.enable is true"
+
+    def commit(self, doc):
+        """Persist doc atomically, then make it the live document."""
+        if self.path:
+            write_atomic(self.path, doc)
+            self.writes += 1
+        self.doc = doc
+
+    def update(self, patch):
+        """Validate and apply a partial update all-or-nothing; return the changed keys or raise SettingsError."""
+        doc, changed, errors = self.prepare(patch)
+        if errors:
+            raise SettingsError(errors)
+        if changed:
+            self.commit(doc)
+        return changed
+
+
+def restart_needed(key):
+    """True for keys that take effect at the next restart."""
+    for prefix in RESTART_PREFIXES:
+        if key.startswith(prefix):
+            return True
+    return False

@@ -1,0 +1,126 @@
+"""API tokens: a READ and a WRITE token kept as SHA-256 hashes on the flash, renewed in two phases."""
+
+import binascii
+import hashlib
+import os
+
+from adafruit_ticks import ticks_add, ticks_less
+
+from core.settings import read_json_file, write_atomic
+
+OPEN = 0
+READ = 1
+WRITE = 2
+LEVEL_NAMES = ("none", "READ", "WRITE")
+
+PENDING_MS = 60000   # a generated pair must be confirmed within this (spec: 60 s)
+TOKEN_BYTES = 32     # 256 bits from the hardware RNG, sent as 64 hex digits
+
+
+def sha256_hex(text):
+    """Hex SHA-256 of a string (CircuitPython: hashlib.new only, no hexdigest)."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    try:
+        h = hashlib.new("sha256", data)
+    except AttributeError:  # MicroPython's unix/wasm ports spell it hashlib.sha256
+        h = hashlib.sha256(data)
+    return binascii.hexlify(h.digest()).decode()
+
+
+def same(a, b):
+    """Constant-time equality of two strings of the same length (hash hex digests)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    diff = 0
+    for i in range(len(a)):
+        diff |= ord(a[i]) ^ ord(b[i])
+    return diff == 0
+
+
+def _valid_hash(value):
+    if not isinstance(value, str) or len(value) != 64:
+        return False
+    for ch in value:
+        if ch not in "0123456789abcdef":
+            return False
+    return True
+
+
+class TokenError(Exception):
+    """A refused confirm: status 409 (no pending pair, wrong token) or 410 (pending pair expired)."""
+
+    def __init__(self, status, message):
+        Exception.__init__(self, message)
+        self.status = status
+        self.message = message
+
+
+class Tokens:
+    """Active token hashes (file at path) and at most one pending pair in RAM; urandom injected for tests."""
+
+    def __init__(self, path, urandom=os.urandom):
+        self.path = path
+        self._urandom = urandom
+        self._read = None
+        self._write = None
+        self._pending = None   # (read hash, write hash, expiry ticks)
+        self.load_error = None
+
+    def load(self):
+        """Read the stored hashes; a missing or broken file means no tokens (the factory state)."""
+        data = read_json_file(self.path)
+        self._read = self._write = None
+        if data is None:
+            return
+        if isinstance(data, dict) and _valid_hash(data.get("read")) and _valid_hash(data.get("write")):
+            self._read = data["read"]
+            self._write = data["write"]
+        else:
+            self.load_error = "unreadable token file"
+
+    def configured(self):
+        """True once a pair was confirmed: only then may authentication be switched on."""
+        return self._write is not None
+
+    def level(self, token):
+        """WRITE, READ or None for a presented token."""
+        if not token or self._write is None:
+            return None
+        h = sha256_hex(token)
+        if same(h, self._write):
+            return WRITE
+        if same(h, self._read):
+            return READ
+        return None
+
+    def _new_token(self):
+        return binascii.hexlify(self._urandom(TOKEN_BYTES)).decode()
+
+    def generate(self, now_ms):
+        """A new pending pair (read, write), valid PENDING_MS; it replaces an earlier pending pair."""
+        read = self._new_token()
+        write = self._new_token()
+        self._pending = (sha256_hex(read), sha256_hex(write), ticks_add(now_ms, PENDING_MS))
+        return read, write
+
+    def pending(self, now_ms):
+        """True while a generated pair waits for its confirm."""
+        return self._pending is not None and ticks_less(now_ms, self._pending[2])
+
+    def confirm(self, new_write_token, now_ms):
+        """Activate the pending pair if new_write_token is its WRITE token; raise TokenError otherwise."""
+        p = self._pending
+        if p is None:
+            raise TokenError(409, "No pending tokens: call /api/v1/auth/tokens/generate first")
+        if not ticks_less(now_ms, p[2]):
+            self._pending = None
+            raise TokenError(410, "Pending tokens expired: generate a new pair")
+        if not isinstance(new_write_token, str) or not same(sha256_hex(new_write_token), p[1]):
+            raise TokenError(409, "new_write_token does not match the pending tokens")
+        write_atomic(self.path, {"read": p[0], "write": p[1]})
+        self._read, self._write = p[0], p[1]
+        self._pending = None
+
+    def describe(self):
+        """Small dict for /system/info (no secrets)."""
+        return {"configured": self.configured(), "pending": self._pending is not None}

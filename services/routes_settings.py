@@ -1,0 +1,59 @@
+"""Settings routes: GET the whole document (no secrets), POST a partial update (all or nothing)."""
+
+from adafruit_httpserver import GET, POST, JSONResponse, Route
+
+from core.settings import SECRETS, restart_needed
+from services.http_server import ApiError, read_json
+
+
+def _echo(patch, prefix=""):
+    """The request as the answer's "applied" echo, without secret values."""
+    out = {}
+    for key, value in patch.items():
+        path = prefix + str(key)
+        if path in SECRETS:
+            continue
+        out[key] = _echo(value, path + ".") if isinstance(value, dict) else value
+    return out
+
+
+def routes(app):
+    """Route list of /api/v1/settings."""
+    settings = app.settings
+
+    def get_settings(request):
+        return JSONResponse(request, settings.public())
+
+    def post_settings(request):
+        patch = read_json(request)
+        doc, changed, errors = settings.prepare(patch)
+        if not errors and "api_auth_required" in changed and doc["api_auth_required"] and not app.auth.configured():
+            errors["api_auth_required"] = ("no confirmed token pair: call /api/v1/auth/tokens/generate and "
+                                           "/api/v1/auth/tokens/confirm first")
+        if errors:
+            raise ApiError(400, "Invalid settings", fields=errors)
+        if changed:
+            try:
+                settings.commit(doc)
+            except OSError as exc:
+                raise ApiError(500, "Settings could not be stored (%s)" % exc)
+            if "ledEnable" in changed and app.led is not None:
+                app.led.enabled = doc["ledEnable"]
+            app.bus.publish("settings", changed)
+            app.log.info("settings changed: %s", ", ".join(changed))
+        later = [k for k in changed if restart_needed(k)]
+        now = [k for k in changed if not restart_needed(k)]
+        return JSONResponse(request, {
+            "success": True,
+            "applied": _echo(patch),
+            "changed": changed,
+            "applied_now": now,
+            "after_restart": later,
+            "restart_required": bool(later),
+        })
+
+    return [
+        Route("/api/v1/settings", GET, get_settings),
+        Route("/api/v1/settings", POST, post_settings),
+    ]
+

@@ -1,0 +1,218 @@
+"""System routes: alive, info, led, wifi_scan, timezones, reboot."""
+
+import time
+
+from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
+from adafruit_ticks import ticks_diff, ticks_ms
+
+from core.module import Module
+from core.version import VERSION
+from services.http_server import ApiError, query
+
+_LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wattwaechter's LedMode names
+
+
+class WifiScanner(Module):
+    """Background scan, one network per poll (the scan iterator blocks per channel on the device); radio: wifi.radio."""
+
+    name = "wifi_scan"
+    max_networks = 20
+
+    def __init__(self, radio):
+        Module.__init__(self)
+        self._radio = radio
+        self._it = None
+        self._found = {}
+        self.networks = []       # [{"ssid", "rssi"}] of the last finished scan, strongest first
+        self.scanning = False
+        self.scanned = False
+
+    def request(self):
+        """Start a scan unless one runs."""
+        if self.scanning:
+            return
+        try:
+            self._it = self._radio.start_scanning_networks()
+        except Exception:
+            self.count("scan_errors")
+            return
+        self._found = {}
+        self.scanning = True
+
+    def poll(self, now_ms):
+        if not self.scanning:
+            return
+        try:
+            net = next(self._it)
+        except StopIteration:
+            self._finish()
+            return
+        except Exception:
+            self.count("scan_errors")
+            self._finish()
+            return
+        ssid = net.ssid
+        if ssid and (ssid not in self._found or net.rssi > self._found[ssid]):
+            self._found[ssid] = net.rssi
+
+    def _finish(self):
+        try:
+            self._radio.stop_scanning_networks()
+        except Exception:
+            pass
+        found = sorted(self._found.items(), key=lambda kv: -kv[1])[:self.max_networks]
+        self.networks = [{"ssid": s, "rssi": r} for s, r in found]
+        self._found = {}
+        self._it = None
+        self.scanning = False
+        self.scanned = True
+        self.count("scans")
+
+    def stop(self):
+        if self.scanning:
+            self._finish()
+
+
+def _entry(name, value, unit=""):
+    return {"name": name, "value": value, "unit": unit}
+
+
+def _section(d):
+    """A describe() dict as info entries."""
+    out = []
+    for key in sorted(d):
+        value = d[key]
+        if isinstance(value, (dict, list, tuple)):
+            continue
+        out.append(_entry(key, value))
+    return out
+
+
+def _wall_time(app):
+    clock = app.clock
+    if clock is not None:
+        try:
+            return int(clock.time())
+        except Exception:
+            pass
+    return int(time.time())
+
+
+def routes(app):
+    """Route list of the system endpoints."""
+
+    def alive(request):
+        return JSONResponse(request, {"alive": True, "version": VERSION})
+
+    def info(request):
+        up_ms = ticks_diff(ticks_ms(), app.boot_ticks)
+        radio = app.radio
+        wifi = []
+        ap = []
+        if radio is not None:
+            connected = bool(getattr(radio, "connected", False))
+            ap_info = radio.ap_info if connected else None
+            wifi = [
+                _entry("connected", connected),
+                _entry("ssid", ap_info.ssid if ap_info is not None else ""),
+                _entry("rssi", ap_info.rssi if ap_info is not None else 0, "dBm"),
+                _entry("ip", str(radio.ipv4_address) if connected and radio.ipv4_address else ""),
+                _entry("hostname", getattr(radio, "hostname", "")),
+            ]
+            ap_on = bool(getattr(radio, "ap_active", False))
+            ap = [
+                _entry("active", ap_on),
+                _entry("ssid", app.settings.get("accessPoint.ssid") or ("Meter-Plus-" + app.device_id[-6:].upper())),
+                _entry("ip", str(radio.ipv4_address_ap) if ap_on and radio.ipv4_address_ap else ""),
+            ]
+        heap = []
+        if app.mem_free is not None:
+            heap.append(_entry("free", app.mem_free(), "B"))
+        largest = getattr(app, "heap_largest", None)
+        heap.append(_entry("largest_block", largest() if largest is not None else "", "B"))
+        sup = app.supervisor
+        sup_info = sup.describe() if sup is not None else {"modules": {}}
+        supervisor = [_entry("cycles", sup_info.get("cycles", 0)),
+                      _entry("worst_cycle_ms", sup_info.get("worst_cycle_ms", 0), "ms"),
+                      _entry("state", sup_info.get("state", ""))]
+        for name in sorted(sup_info["modules"]):
+            m = sup_info["modules"][name]
+            supervisor.append(_entry(name + ".worst_poll_ms", m["worst_poll_ms"], "ms"))
+            supervisor.append(_entry(name + ".state", m["state"]))
+        meter = _section(app.meter.describe()) if app.meter is not None else [_entry("state", "absent")]
+        clock = _section(app.clock.describe()) if app.clock is not None else [_entry("synced", False)]
+        data = {
+            "uptime": [_entry("uptime", up_ms // 1000, "s"), _entry("reset_reason", app.reset_reason)],
+            "wifi": wifi,
+            "ap": ap,
+            "esp": [_entry("esp_id", app.device_id), _entry("os_version", VERSION),
+                    _entry("device_name", app.settings.get("device_name", ""))],
+            "heap": heap,
+            "meter": meter,
+            "clock": clock,
+            "supervisor": supervisor,
+        }
+        return JSONResponse(request, data)
+
+    def led(request):
+        d = app.led.info()
+        on = d["enabled"]
+        rgb = d["rgb"]
+        return JSONResponse(request, {
+            "status": d["status"],
+            "priority": d["priority"],
+            "color": d["color"] if on else "off",
+            "mode": _LED_MODE.get(d["mode"], d["mode"]) if on else "off",
+            "rgb": {"r": rgb[0], "g": rgb[1], "b": rgb[2]},
+            "enabled": on,
+            "active_statuses": dict((s, True) for s in d["active_statuses"]),
+        })
+
+    scanner = getattr(app, "wifi_scanner", None)
+
+    def wifi_scan(request):
+        refresh = query(request, "refresh")
+        if refresh is not None and refresh not in ("true", "false", "1", "0"):
+            raise ApiError(400, "refresh must be true or false")
+        if scanner is None:
+            return JSONResponse(request, {"networks": [], "count": 0, "scanning": False})
+        if refresh in ("true", "1") or not (scanner.scanned or scanner.scanning):
+            scanner.request()
+        nets = scanner.networks
+        return JSONResponse(request, {"networks": nets, "count": len(nets), "scanning": scanner.scanning})
+
+    def timezones(request):
+        from core import tz
+        from core.settings import tz_table
+
+        now = _wall_time(app)
+        table = tz_table()
+
+        def body():
+            # Streamed: ~600 zones are ~25 KB of JSON, too much to build at once without PSRAM.
+            first = True
+            part = ["["]
+            for name, off in tz.list_zones(now, table):
+                part.append('%s{"name":"%s","utcOffsetMin":%d}' % ("" if first else ",", name, off))
+                first = False
+                if len(part) >= 16:
+                    yield "".join(part)
+                    part = []
+            part.append("]")
+            yield "".join(part)
+
+        return ChunkedResponse(request, body, content_type="application/json")
+
+    def reboot(request):
+        lifecycle = app.lifecycle
+        request.after_sent = lambda: lifecycle.request_reboot("api")
+        return JSONResponse(request, {"rebooting": True, "message": "Restarting; back in about 30 seconds"})
+
+    return [
+        Route("/api/v1/system/alive", GET, alive),
+        Route("/api/v1/system/info", GET, info),
+        Route("/api/v1/system/led", GET, led),
+        Route("/api/v1/system/wifi_scan", GET, wifi_scan),
+        Route("/api/v1/system/timezones", GET, timezones),
+        Route("/api/v1/system/reboot", POST, reboot),
+    ]
