@@ -1,0 +1,301 @@
+"""History service: quarter-hour and daily records from readings, held in RAM and flushed to the flash in batches."""
+
+from adafruit_ticks import ticks_add, ticks_diff
+from micropython import const
+
+from core.module import OK, WARN, Module
+from meter.decimal import rescale
+from services import history_store as hs
+
+_Q = const(900)       # a quarter hour in seconds; every zone offset is whole quarter hours, so UTC quarters are local ones
+_DAY = const(86400)
+
+
+def _dwh(v):
+    """0.1 Wh of an exact decimal (mantissa, exp10) in Wh, rounded half away from zero."""
+    return rescale(v[0], v[1], -1)[0]
+
+
+class History(Module):
+    """bus: core.bus.Bus ("reading", "settings"); clock: core.clock.Clock (synced, time(), local(), offset_min())
+    or None; settings: has get(); store: services.history_store.HistoryStore; log: core.log.Log or None."""
+
+    name = "history"
+    MAX_BATCH = 96            # records in RAM that force an early flush (a day of quarter hours)
+    MAX_RAM = 400             # records kept in RAM while the flash refuses writes; older ones are dropped
+    DEFAULT_FLUSH_MIN = 60
+    MAX_FLUSH_MIN = 1440
+
+    def __init__(self, bus, clock, settings, store, log=None):
+        Module.__init__(self)
+        self.bus = bus
+        self.clock = clock
+        self.settings = settings
+        self.store = store
+        self.log = log
+        self._readings = bus.subscribe("reading", 32)
+        self._changes = bus.subscribe("settings", 8)
+        # Unflushed records, same shape as the store's: (0, t, day, power, off, flags, a, b, c, d).
+        self.hr = []
+        self.lr = []
+        self._q = None      # open quarter: [t, day, off, imp, exp, power_sum, power_n, flags]
+        self._prev = None   # [imp, exp]: totals the next quarter's energy is counted from (0.1 Wh)
+        self._seen = None   # [imp, exp]: newest totals seen since start
+        self._day = None    # open day: [day, t, off, imp_start, exp_start, imp_sum, exp_sum, flags, end_utc, n]
+        self._last_t = -1   # newest recorded quarter: nothing at or before it is recorded again
+        self._rebase = False
+        self.flush_ms = self.DEFAULT_FLUSH_MIN * 60000
+        self._flush_at = None
+        self._now = 0
+        for k in ("readings", "quarters", "days", "flushes", "flush_errors", "unsynced", "no_import", "rebased",
+                  "clock_behind", "dropped"):
+            self.counters[k] = 0
+
+    def _note(self, level, msg, *args):
+        if self.log is not None:
+            self.log.log(level, msg, *args)
+
+    # --- lifecycle ---
+
+    def start(self):
+        self._load_flush_setting()
+        if not self.hr and not self.lr:
+            self.store.open()
+            self._restore()
+        self._flush_at = None
+
+    def stop(self):
+        try:
+            self.flush()
+        except Exception as exc:  # stop() never raises
+            self._note("error", "history: flush at stop failed: %s", exc)
+
+    def _load_flush_setting(self):
+        v = self.settings.get("history.flushMinutes", self.DEFAULT_FLUSH_MIN) if self.settings else None
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= self.MAX_FLUSH_MIN:
+            self._note("warning", "history: flushMinutes %r invalid (1..%d), using %d", v, self.MAX_FLUSH_MIN,
+                       self.DEFAULT_FLUSH_MIN)
+            v = self.DEFAULT_FLUSH_MIN
+        self.flush_ms = v * 60000
+
+    def _restore(self):
+        """Continue from the flash: totals of the newest quarter, the open day, day records lost with a batch."""
+        self._q = None
+        self._day = None
+        self._seen = None
+        self._rebase = False
+        last = self.store.hr.last
+        if last is None:
+            self._prev = None
+            self._last_t = -1
+            return
+        self._prev = [last[6], last[7]]
+        self._last_t = last[1]
+        lr_last = self.store.lr.last
+        closed = lr_last[2] if lr_last is not None else -(1 << 30)
+        day = None
+        for r in self.store.records(hs.HR):
+            if r[2] <= closed:
+                continue
+            if day is None or r[2] != day[0]:
+                if day is not None:
+                    self._close_day(day)  # a day whose record was lost with an unflushed batch: rebuilt
+                day = self._new_day(r)
+            self._add_to_day(day, r)
+        self._day = day
+
+    # --- days ---
+
+    def _day_start(self, day):
+        """UTC instant of local midnight of a day number, from the clock's offsets (two passes settle a DST day)."""
+        m = day * _DAY
+        u = m - self.clock.offset_min(m) * 60
+        return m - self.clock.offset_min(u) * 60
+
+    def _new_day(self, rec):
+        t = self._day_start(rec[2])
+        off = (self.clock.local(t) - t) // 60
+        return [rec[2], t, off, rec[6] - rec[8], rec[7] - rec[9], 0, 0, rec[5] & hs.F_NO_EXPORT,
+                self._day_start(rec[2] + 1), 0]
+
+    def _add_to_day(self, d, rec):
+        d[5] += rec[8]
+        d[6] += rec[9]
+        d[7] |= rec[5] & (hs.F_GAP | hs.F_REBASE | hs.F_NO_EXPORT)
+        d[9] += 1
+
+    def _day_rec(self, d):
+        # LowRes power field: the number of quarter-hour records the day has.
+        return (0, d[1], d[0], d[9], d[2], d[7], d[3], d[4], d[5], d[6])
+
+    def _close_day(self, d):
+        self.lr.append(self._day_rec(d))
+        self.count("days")
+
+    # --- quarters ---
+
+    def _close_quarter(self):
+        q = self._q
+        self._q = None
+        prev = self._prev
+        flags = q[7]
+        pw = 0
+        if q[6]:
+            flags |= hs.F_POWER
+            pw = q[5] // q[6]
+        rec = (0, q[0], q[1], pw, q[2], flags, q[3], q[4], q[3] - prev[0], q[4] - prev[1])
+        self._prev = [q[3], q[4]]
+        self._last_t = q[0]
+        d = self._day
+        if d is not None and d[0] != q[1]:
+            self._close_day(d)
+            d = None
+        if d is None:
+            d = self._day = self._new_day(rec)
+        self._add_to_day(d, rec)
+        self.hr.append(rec)
+        self.count("quarters")
+        if len(self.hr) + len(self.lr) >= self.MAX_BATCH:
+            self.flush()
+
+    def _roll(self, utc):
+        """Close the quarter and the day that utc has left."""
+        if self._q is not None and utc >= self._q[0] + _Q:
+            self._close_quarter()
+        d = self._day
+        if d is not None and self._q is None and utc >= d[8]:
+            self._close_day(d)
+            self._day = None
+
+    def _take(self, reading, utc):
+        v = reading.values
+        imp = v.get("1.8.0")
+        if imp is None:
+            self.count("no_import")
+            return
+        imp = _dwh(imp)
+        e = v.get("2.8.0")
+        exp = 0 if e is None else _dwh(e)
+        t = utc - utc % _Q
+        q = self._q
+        if t <= self._last_t or (q is not None and t < q[0]):
+            self.count("clock_behind")  # the clock stepped back: never record a quarter twice or out of order
+            return
+        flags = 0
+        ref = self._seen
+        if ref is not None and (self._rebase or imp < ref[0] or exp < ref[1]):
+            # ctRatio changed or the meter counter went back: keep what is counted, go on from the new base.
+            self._prev[0] += imp - ref[0]
+            self._prev[1] += exp - ref[1]
+            flags = hs.F_REBASE
+            self.count("rebased")
+        elif ref is None and self._prev is not None and (imp < self._prev[0] or exp < self._prev[1]):
+            self._prev = [imp, exp]  # counter went back while we were off: the energy in between is unknown
+            flags = hs.F_REBASE
+            self.count("rebased")
+        self._rebase = False
+        if self._prev is None:
+            self._prev = [imp, exp]  # the very first reading: counting starts here
+        if q is None:
+            local = self.clock.local(t)
+            if self._last_t >= 0 and t != self._last_t + _Q:
+                flags |= hs.F_GAP
+            if e is None:
+                flags |= hs.F_NO_EXPORT
+            q = self._q = [t, local // _DAY, (local - t) // 60, imp, exp, 0, 0, flags]
+        else:
+            q[3] = imp
+            q[4] = exp
+            q[7] |= flags
+        p = v.get("16.7.0")
+        if p is not None:
+            q[5] += rescale(p[0], p[1], 0)[0]
+            q[6] += 1
+        self._seen = [imp, exp]
+        self.count("readings")
+
+    def poll(self, now_ms):
+        self._now = now_ms
+        ch = self._changes.pop()
+        while ch is not None:
+            if "ctRatio" in ch:
+                self._rebase = True
+            if "history.flushMinutes" in ch or "history" in ch:
+                self._load_flush_setting()
+                self._flush_at = None
+            ch = self._changes.pop()
+        clock = self.clock
+        utc = clock.time() if clock is not None and clock.synced else None
+        if utc is not None:
+            self._roll(utc)
+        r = self._readings.pop()
+        while r is not None:
+            if utc is None:
+                self.count("unsynced")  # no history with an invented date
+            else:
+                self._take(r, utc)
+            r = self._readings.pop()
+        if self._flush_at is None:
+            self._flush_at = ticks_add(now_ms, self.flush_ms)
+        elif ticks_diff(now_ms, self._flush_at) >= 0:
+            self.flush()
+
+    def flush(self):
+        """Write the buffered records to the flash now (the lifecycle calls this on every orderly stop)."""
+        self._flush_at = ticks_add(self._now, self.flush_ms)
+        if not self.hr and not self.lr:
+            return True
+        hr = self.hr
+        lr = self.lr
+        self.hr = []  # new lists: an answer being streamed keeps iterating the old ones
+        self.lr = []
+        try:
+            self.store.write(hr, lr)
+        except OSError as exc:
+            w = self.store.written
+            self.hr = hr[w[0]:] + self.hr
+            self.lr = lr[w[1]:] + self.lr
+            for batch in (self.hr, self.lr):
+                if len(batch) > self.MAX_RAM:
+                    self.count("dropped", len(batch) - self.MAX_RAM)
+                    del batch[:len(batch) - self.MAX_RAM]
+            self.count("flush_errors")
+            self.state = WARN
+            self._note("error", "history: flush failed, %d records kept in RAM: %s", len(self.hr) + len(self.lr), exc)
+            return False
+        self.count("flushes")
+        if self.state == WARN:
+            self.state = OK
+        return True
+
+    # --- readers for the API ---
+
+    def high_res(self, day):
+        """Body function (for a ChunkedResponse) of the highRes answer of a local day number."""
+        snap = self.store.hr.next_seq - 1
+        ram = self.hr
+        store = self.store
+
+        def body():
+            return hs.high_res_json((store.records(hs.HR, snap), ram), day)
+        return body
+
+    def low_res(self, first_day, days):
+        """Body function of the lowRes answer; the open day is included as it stands so far."""
+        snap = self.store.lr.next_seq - 1
+        ram = self.lr
+        tail = [self._day_rec(self._day)] if self._day is not None else []
+        store = self.store
+
+        def body():
+            return hs.low_res_json((store.records(hs.LR, snap), ram, tail), first_day, days)
+        return body
+
+    def describe(self):
+        d = Module.describe(self)
+        st = self.store
+        d["file"] = st.status
+        d["highres_records"] = st.hr.valid
+        d["lowres_records"] = st.lr.valid
+        d["unflushed"] = len(self.hr) + len(self.lr)
+        return d

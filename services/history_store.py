@@ -1,0 +1,340 @@
+"""History on flash: one preallocated file of two rings of 56-byte CRC-checked records, and its JSON serializers."""
+
+import os
+import struct
+from binascii import crc32
+
+from micropython import const
+
+from core.tz import civil_from_days
+from meter.decimal import to_str
+
+# File layout (little-endian), see docs/history.md:
+#   header (64 bytes): magic "MPH\x01", version u16, record size u16, HighRes slots u16, LowRes slots u16,
+#                      zero padding, CRC-32 of bytes 0..59 at 60..63
+#   HighRes ring: HR_CAP slots of REC_SIZE bytes, then LowRes ring: LR_CAP slots.
+# Record: seq u32, t u32 (UTC epoch s), day i32 (local day number), power i32 (W), off i16 (UTC offset, min),
+#         flags u16, a i64, b i64, c i64, d i64 (energies in 0.1 Wh), crc u32 (CRC-32 of bytes 0..51).
+#   HighRes: t = start of the quarter hour, a/b = import/export totals at its end, c/d = its import/export energy.
+#   LowRes:  t = start of the local day, a/b = totals at the start of the day, c/d = the day's energy.
+MAGIC = b"MPH\x01"
+VERSION = const(1)
+HEADER_SIZE = const(64)
+REC_FMT = "<IIiihhqqqqI"
+REC_SIZE = const(56)
+_HDR_FMT = "<4sHHHH"
+HR = const(1)
+LR = const(2)
+HR_CAP = const(1500)  # 15 days of 100 quarter hours (the longest DST day): retention never falls short
+LR_CAP = const(372)   # a year and a week of days
+
+F_POWER = const(1)    # power holds an average of 16.7.0 samples
+F_GAP = const(2)      # the energy spans time without readings (counted from the last known totals)
+F_REBASE = const(4)   # ctRatio changed or the counter went back: energy counted from the new base
+F_NO_EXPORT = const(8)  # the meter has no export register
+
+_FILL = const(512)    # bytes per write when preallocating
+
+
+def _seed(kind):
+    # Version and ring in the CRC seed: a record of another format or the other ring never passes.
+    return (VERSION << 8) | kind
+
+
+def pack_into(buf, kind, seq, rec):
+    """Pack rec = (seq, t, day, power, off, flags, a, b, c, d) into buf (REC_SIZE bytes) with seq in place of rec[0]."""
+    struct.pack_into(REC_FMT, buf, 0, seq, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8],
+                     rec[9], 0)
+    struct.pack_into("<I", buf, REC_SIZE - 4, crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)) & 0xFFFFFFFF)
+
+
+def unpack(buf, kind):
+    """(seq, t, day, power, off, flags, a, b, c, d) of a valid record in buf, or None when its CRC fails."""
+    v = struct.unpack_from(REC_FMT, buf, 0)
+    if v[10] != crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)) & 0xFFFFFFFF or v[0] == 0:
+        return None
+    return v[:10]
+
+
+def header_bytes(hr_cap, lr_cap):
+    """The 64-byte file header for the current format."""
+    h = bytearray(HEADER_SIZE)
+    struct.pack_into(_HDR_FMT, h, 0, MAGIC, VERSION, REC_SIZE, hr_cap, lr_cap)
+    struct.pack_into("<I", h, HEADER_SIZE - 4, crc32(memoryview(h)[:HEADER_SIZE - 4]) & 0xFFFFFFFF)
+    return h
+
+
+def parse_header(h):
+    """(version, record size, hr_cap, lr_cap) of a header whose magic and CRC hold, else None."""
+    if len(h) < HEADER_SIZE or h[:3] != MAGIC[:3]:
+        return None
+    if struct.unpack_from("<I", h, HEADER_SIZE - 4)[0] != crc32(memoryview(h)[:HEADER_SIZE - 4]) & 0xFFFFFFFF:
+        return None
+    _m, ver, rsize, hc, lc = struct.unpack_from(_HDR_FMT, h, 0)
+    return ver, rsize, hc, lc
+
+
+class Ring:
+    """One ring of the file: where it starts, its slots, the next slot and sequence number to write."""
+
+    def __init__(self, kind, base, cap):
+        self.kind = kind
+        self.base = base
+        self.cap = cap
+        self.head = 0        # next slot to write
+        self.next_seq = 1    # sequence number of the next record (0 marks an empty slot)
+        self.valid = 0       # readable records found by the last scan
+        self.bad = 0         # slots holding something that failed its CRC
+        self.last = None     # newest record (seq, t, day, power, off, flags, a, b, c, d)
+
+    def offset(self, slot):
+        """File offset of a slot."""
+        return self.base + slot * REC_SIZE
+
+    def scan(self, f, buf):
+        """Find the newest record (highest seq): the head follows it. Reads every slot once."""
+        best = -1
+        self.valid = self.bad = 0
+        self.last = None
+        f.seek(self.base)
+        for slot in range(self.cap):
+            if f.readinto(buf) != REC_SIZE:
+                break
+            r = unpack(buf, self.kind)
+            if r is None:
+                if buf[0] != 0 or buf[4] != 0 or buf[REC_SIZE - 1] != 0:
+                    self.bad += 1  # blank slots are zero; anything else is torn or foreign
+                continue
+            self.valid += 1
+            if self.last is None or r[0] > self.last[0]:
+                self.last = r
+                best = slot
+        if self.last is None:
+            self.head = 0
+            self.next_seq = 1
+        else:
+            self.head = (best + 1) % self.cap
+            self.next_seq = self.last[0] + 1
+
+    def records(self, f, buf, max_seq=0xFFFFFFFF):
+        """Readable records oldest first, skipping torn ones and any written after max_seq."""
+        last_seq = 0
+        last_t = -1
+        for i in range(self.cap):
+            slot = (self.head + i) % self.cap
+            f.seek(self.base + slot * REC_SIZE)
+            if f.readinto(buf) != REC_SIZE:
+                continue
+            r = unpack(buf, self.kind)
+            # Ordered by seq and time: a stale record from an earlier life of the ring is skipped, not misplaced.
+            if r is None or r[0] > max_seq or r[0] <= last_seq or r[1] <= last_t:
+                continue
+            last_seq = r[0]
+            last_t = r[1]
+            yield r
+
+
+class HistoryStore:
+    """The history file at path (relative to the drive root); log: core.log.Log or None."""
+
+    def __init__(self, path="history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None):
+        self.path = path
+        self.hr = Ring(HR, HEADER_SIZE, hr_cap)
+        self.lr = Ring(LR, HEADER_SIZE + hr_cap * REC_SIZE, lr_cap)
+        self.size = HEADER_SIZE + (hr_cap + lr_cap) * REC_SIZE
+        self.log = log
+        self.status = None
+        self.written = [0, 0]
+        self._buf = bytearray(REC_SIZE)
+
+    def _note(self, level, msg, *args):
+        if self.log is not None:
+            self.log.log(level, msg, *args)
+
+    def open(self):
+        """Check the file, repair what can be repaired keeping every readable record, find the ring heads.
+
+        Returns the status: "ok", "created", "extended" (was truncated), "header" (header rewritten) or
+        "replaced" (another format, kept aside as <path>.v<N>).
+        """
+        try:
+            f = open(self.path, "rb")
+        except OSError:
+            self._create()
+            self.status = "created"
+            self._note("warning", "history: %s missing, created", self.path)
+            return self.status
+        try:
+            head = f.read(HEADER_SIZE)
+            f.seek(0, 2)
+            length = f.tell()
+        finally:
+            f.close()
+        hdr = parse_header(head)
+        status = "ok"
+        if hdr is not None and (hdr[0] != VERSION or hdr[1] != REC_SIZE):
+            # A format this firmware cannot read: keep the file for a later migration, start a new one.
+            aside = "%s.v%d" % (self.path, hdr[0])
+            try:
+                try:
+                    os.remove(aside)  # FAT cannot rename onto an existing file
+                except OSError:
+                    pass
+                os.rename(self.path, aside)
+            except OSError as exc:
+                self._note("error", "history: cannot set aside %s: %s", self.path, exc)
+            self._create()
+            self.status = "replaced"
+            self._note("warning", "history: %s has format v%d record size %d, kept as %s, new file created",
+                       self.path, hdr[0], hdr[1], aside)
+            return self.status
+        if hdr is not None and (hdr[2] != self.hr.cap or hdr[3] != self.lr.cap):
+            hdr = None  # other ring sizes: the slots are misplaced, treat like a damaged header
+        if length < self.size:
+            self._extend(length)
+            status = "extended"
+            self._note("warning", "history: %s truncated at %d of %d bytes, extended", self.path, length, self.size)
+        if hdr is None:
+            self._write_header()
+            if status == "ok":
+                status = "header"
+            self._note("warning", "history: %s header unreadable, rewritten; records kept where their CRC holds",
+                       self.path)
+        self.scan()
+        if self.hr.bad or self.lr.bad:
+            self._note("warning", "history: %d HighRes and %d LowRes slots unreadable (torn or overwritten), skipped",
+                       self.hr.bad, self.lr.bad)
+        self.status = status
+        return status
+
+    def scan(self):
+        """Find both rings' heads and newest records."""
+        with open(self.path, "rb") as f:
+            self.hr.scan(f, self._buf)
+            self.lr.scan(f, self._buf)
+
+    def _create(self):
+        # Preallocate the whole file once: later flushes rewrite slots in place, so the FAT chain never changes.
+        with open(self.path, "wb") as f:
+            f.write(header_bytes(self.hr.cap, self.lr.cap))
+            self._fill(f, HEADER_SIZE)
+        self.scan()
+
+    def _fill(self, f, at):
+        zero = bytes(_FILL)
+        n = self.size - at
+        while n > 0:
+            k = _FILL if n > _FILL else n
+            f.write(zero if k == _FILL else bytes(k))
+            n -= k
+
+    def _extend(self, length):
+        with open(self.path, "r+b") as f:
+            # A torn last record is left as is: its CRC fails, the scan skips it.
+            f.seek(length)
+            self._fill(f, length)
+
+    def _write_header(self):
+        with open(self.path, "r+b") as f:
+            f.write(header_bytes(self.hr.cap, self.lr.cap))
+
+    def write(self, hr_recs, lr_recs):
+        """Append records (seq field ignored: the ring numbers them) to the rings in one open of the file (one directory update per flush).
+
+        self.written counts the records of each list that reached the file, also when an OSError cuts it short.
+        """
+        self.written = [0, 0]
+        if not hr_recs and not lr_recs:
+            return
+        buf = self._buf
+        with open(self.path, "r+b") as f:
+            for i, ring, recs in ((0, self.hr, hr_recs), (1, self.lr, lr_recs)):
+                pos = -1
+                for rec in recs:
+                    if pos != ring.head:
+                        f.seek(ring.offset(ring.head))
+                    pack_into(buf, ring.kind, ring.next_seq, rec)
+                    f.write(buf)
+                    ring.last = (ring.next_seq,) + tuple(rec[1:])
+                    ring.next_seq += 1
+                    ring.head += 1
+                    if ring.head == ring.cap:
+                        ring.head = 0
+                        pos = -1  # wrapped: the next slot is not where the file position is
+                    else:
+                        pos = ring.head
+                    self.written[i] += 1
+
+    def records(self, kind, max_seq=0xFFFFFFFF):
+        """Readable records of one ring, oldest first (a generator holding the file open while it runs)."""
+        ring = self.hr if kind == HR else self.lr
+        buf = bytearray(REC_SIZE)
+        with open(self.path, "rb") as f:
+            for r in ring.records(f, buf, max_seq):
+                yield r
+
+
+# --- JSON at the edge. Numbers are written as exact decimal text: the device's floats hold ~7 digits. ---
+
+def date_str(day):
+    """YYYY-MM-DD of a day number."""
+    y, m, d = civil_from_days(day)
+    return "%04d-%02d-%02d" % (y, m, d)
+
+
+def kwh(dwh):
+    """kWh text of an energy in 0.1 Wh."""
+    return to_str(dwh, -4)
+
+
+def _hr_item(r):
+    # r = (seq, t, day, power, off, flags, a, b, c, d)
+    local = r[1] + r[4] * 60
+    mins = local % 86400 // 60
+    y, m, d = civil_from_days(local // 86400)
+    s = '{"date":"%04d-%02d-%02dT%02d:%02d","timestamp":%d,"import_total_kWh":%s' % (
+        y, m, d, mins // 60, mins % 60, r[1], kwh(r[6]))
+    if not r[5] & F_NO_EXPORT:
+        s += ',"export_total_kWh":%s,"export_kW":%s' % (kwh(r[7]), kwh(r[9]))
+    s += ',"import_kW":%s' % kwh(r[8])
+    if r[5] & F_POWER:
+        s += ',"power_W":%d' % r[3]
+    return s + "}"
+
+
+def _lr_item(r):
+    s = '{"date":"%s","timestamp":%d,"import_total_kWh":%s,"import_kWh":%s' % (
+        date_str(r[2]), r[1], kwh(r[6]), kwh(r[8]))
+    if not r[5] & F_NO_EXPORT:
+        s += ',"export_total_kWh":%s,"export_kWh":%s' % (kwh(r[7]), kwh(r[9]))
+    return s + "}"
+
+
+def _stream(sources, first_day, end_day, item, head):
+    # sources: iterables of records, oldest first, each newer than the previous source's.
+    yield head
+    n = 0
+    imp = 0
+    exp = 0
+    last_t = -1
+    for src in sources:
+        for r in src:
+            if r[2] < first_day or r[2] >= end_day or r[1] <= last_t:
+                continue
+            last_t = r[1]
+            imp += r[8]
+            exp += r[9]
+            yield ("," if n else "") + item(r)
+            n += 1
+    yield '],"count":%d,"import_total_kWh":%s,"export_total_kWh":%s}' % (n, kwh(imp), kwh(exp))
+
+
+def high_res_json(sources, day):
+    """Chunks of the highRes answer for one local day: its quarter hours and the day's energy."""
+    return _stream(sources, day, day + 1, _hr_item, '{"start":"%s","days":1,"items":[' % date_str(day))
+
+
+def low_res_json(sources, first_day, days):
+    """Chunks of the lowRes answer for days local days from first_day, and their summed energy."""
+    return _stream(sources, first_day, first_day + days, _lr_item,
+                   '{"start":"%s","days":%d,"items":[' % (date_str(first_day), days))

@@ -1,0 +1,115 @@
+"""REST routes of the history: /api/v1/history/latest, /highRes?date=, /lowRes?start=&days= (streamed JSON)."""
+
+import json
+
+from adafruit_httpserver import GET, ChunkedResponse, JSONResponse, Response, Route
+from adafruit_ticks import ticks_diff, ticks_ms
+
+from core.tz import days_from_civil, is_leap, to_civil
+from meter import obis
+from meter.decimal import to_str
+
+MAX_DAYS = 366        # lowRes days: one leap year, the retention of the LowRes ring
+_MDAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_JSON = "application/json"
+
+
+class BadRequest(Exception):
+    """A query parameter is missing or wrong; the message goes to the client."""
+
+
+def parse_date(text, name):
+    """Day number of a strict YYYY-MM-DD between 1970-01-01 and 2105-12-31; BadRequest otherwise."""
+    if text is None or text == "":
+        raise BadRequest("missing parameter %s (YYYY-MM-DD)" % name)
+    if len(text) != 10 or text[4] != "-" or text[7] != "-":
+        raise BadRequest("%s must be YYYY-MM-DD" % name)
+    y, m, d = text[:4], text[5:7], text[8:]
+    if not (y.isdigit() and m.isdigit() and d.isdigit()):
+        raise BadRequest("%s must be YYYY-MM-DD" % name)
+    y, m, d = int(y), int(m), int(d)
+    if not 1970 <= y <= 2105:
+        raise BadRequest("%s: year out of range 1970..2105" % name)
+    if not 1 <= m <= 12:
+        raise BadRequest("%s: no such month" % name)
+    last = 29 if m == 2 and is_leap(y) else _MDAYS[m - 1]
+    if not 1 <= d <= last:
+        raise BadRequest("%s: no such day" % name)
+    return days_from_civil(y, m, d)
+
+
+def parse_days(text):
+    """lowRes days: an integer 1..MAX_DAYS written in plain digits; BadRequest otherwise."""
+    if text is None or text == "":
+        raise BadRequest("missing parameter days (1..%d)" % MAX_DAYS)
+    if not text.isdigit() or len(text) > 4:
+        raise BadRequest("days must be an integer 1..%d" % MAX_DAYS)
+    n = int(text)
+    if not 1 <= n <= MAX_DAYS:
+        raise BadRequest("days must be an integer 1..%d" % MAX_DAYS)
+    return n
+
+
+def _bad(request, message):
+    return JSONResponse(request, {"error": message}, status=(400, "Bad Request"))
+
+
+def _unavailable(request, message):
+    return JSONResponse(request, {"error": message}, status=(503, "Service Unavailable"), headers={"Retry-After": "5"})
+
+
+def latest_body(reading, clock, lang, now_ms):
+    """JSON text of /history/latest for a reading: timestamp, local datetime, one object per short OBIS code."""
+    ts = 0
+    when = ""
+    if clock is not None and clock.synced:
+        ts = clock.time() - ticks_diff(now_ms, reading.ts_ms) // 1000
+        y, mo, d, hh, mm, ss = to_civil(clock.local(ts))
+        when = "%04d-%02d-%02dT%02d:%02d:%02d" % (y, mo, d, hh, mm, ss)
+    parts = ['{"timestamp":%d,"datetime":"%s"' % (ts, when)]
+    for code, v in reading.values.items():
+        unit = obis.unit(code)
+        if unit is None:
+            continue
+        # Energies in kWh (exponent shift of Wh, exact), everything else in its base unit.
+        text = to_str(v[0], v[1] - 3) if obis.kind(code) == "energy" else to_str(v[0], v[1])
+        parts.append(',"%s":{"value":%s,"unit":"%s","name":%s}' % (code, text, unit, json.dumps(obis.label(code, lang))))
+    parts.append("}")
+    return "".join(parts)
+
+
+def routes(app):
+    """The history routes for services/http_api.py; app: core.app.App with bus, clock, settings, history."""
+
+    def latest(request):
+        reading = app.bus.latest("reading")
+        if reading is None:
+            return Response(request, "", status=(204, "No Content"))  # stale or not yet read: the client shows None
+        lang = app.settings.get("language.active", "de")
+        return Response(request, latest_body(reading, app.clock, lang, ticks_ms()), content_type=_JSON)
+
+    def high_res(request):
+        if app.history is None:
+            return _unavailable(request, "history not running")
+        try:
+            day = parse_date(request.query_params.get("date"), "date")
+        except BadRequest as exc:
+            return _bad(request, str(exc))
+        return ChunkedResponse(request, app.history.high_res(day), content_type=_JSON)
+
+    def low_res(request):
+        if app.history is None:
+            return _unavailable(request, "history not running")
+        q = request.query_params
+        try:
+            first = parse_date(q.get("start"), "start")
+            days = parse_days(q.get("days"))
+        except BadRequest as exc:
+            return _bad(request, str(exc))
+        return ChunkedResponse(request, app.history.low_res(first, days), content_type=_JSON)
+
+    return [
+        Route("/api/v1/history/latest", GET, latest),
+        Route("/api/v1/history/highRes", GET, high_res),
+        Route("/api/v1/history/lowRes", GET, low_res),
+    ]
