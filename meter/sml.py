@@ -3,7 +3,7 @@
 from micropython import const
 
 from meter import obis
-from meter.crc import crc16_kermit, crc16_x25
+from meter.crc import _T, crc16_kermit, crc16_x25
 
 _ESC = b"\x1b\x1b\x1b\x1b"
 _TAG_GET_LIST_RES = const(0x0701)
@@ -65,6 +65,8 @@ class SmlResult:
 
 def _skip(b, p, end):
     """Position after one SML element at p (lists walked iteratively), or -1 when it does not fit."""
+    if p < 0:
+        return -1  # chained calls pass an earlier failure through
     todo = 1
     while todo:
         if p >= end:
@@ -90,14 +92,14 @@ def _skip(b, p, end):
 
 
 def check_frame(b, n):
-    """Verify the transport frame in b[0:n]; return "x25"/"kermit" or an error text starting with "!"."""
+    """Verify the transport frame in b[0:n]; return "x25"/"kermit" or None (bad escape, fill count or CRC)."""
     if n < 16:
-        return "!" + E_SHORT
+        return None
     for i in range(4):
         if b[i] != 0x1B or b[4 + i] != 0x01 or b[n - 8 + i] != 0x1B:
-            return "!" + E_FRAME
+            return None
     if b[n - 4] != 0x1A:
-        return "!" + E_FRAME
+        return None
     got = b[n - 2] | (b[n - 1] << 8)  # X.25 travels low byte first
     if crc16_x25(b, 0, n - 2) == got:
         return "x25"
@@ -105,7 +107,7 @@ def check_frame(b, n):
     k = crc16_kermit(b, 0, n - 2)
     if k == got or k == (b[n - 2] << 8 | b[n - 1]):
         return "kermit"
-    return "!" + E_CRC
+    return None
 
 
 def unescape(b, start, end):
@@ -125,13 +127,26 @@ def unescape(b, start, end):
 
 
 def decode_frame(b, n, out, dzg=False):
-    """Decode the transport frame b[0:n] (a bytearray; escapes are collapsed in place) into out; True on success."""
+    """Decode the transport frame b[0:n] (a bytearray; escapes are collapsed in place) into out; True on success.
+
+    The CRC loop is inlined and the message walk is one function: on MicroPython every call whose frame
+    exceeds a few words allocates that frame on the heap, and the budget is 512 bytes per telegram.
+    """
     out.clear()
-    c = check_frame(b, n)
-    if c[0] == "!":
-        out.error = c[1:]
+    if n < 16 or b[0] != 0x1B or b[3] != 0x1B or b[4] != 1 or b[7] != 1 or b[n - 8] != 0x1B or b[n - 4] != 0x1A:
+        out.error = E_FRAME if n >= 16 else E_SHORT
         return False
-    out.crc = c
+    t = _T
+    crc = 0xFFFF
+    for i in range(n - 2):
+        crc = (crc >> 8) ^ t[(crc ^ b[i]) & 0xFF]
+    if crc ^ 0xFFFF == b[n - 2] | (b[n - 1] << 8):  # X.25 travels low byte first
+        out.crc = "x25"
+    else:
+        out.crc = check_frame(b, n)
+        if out.crc is None:
+            out.error = E_CRC
+            return False
     fill = b[n - 3]
     end = n - 8
     if b.find(_ESC, 8, end) >= 0:
@@ -147,20 +162,15 @@ def decode_frame(b, n, out, dzg=False):
         if b[i]:
             out.error = E_FILL
             return False
-    ok = decode_messages(b, 8, end - fill, out, dzg)
-    out.crc = c
-    return ok
+    return decode_messages(b, 8, end - fill, out, dzg)
 
 
 def decode_messages(b, p, end, out, dzg=False):
     """Decode the SML messages in b[p:end] (no transport) into out; True when the structure is complete."""
-    crc = out.crc
+    c = out.crc
     out.clear()
-    out.crc = crc
-    try:
-        r = _messages(b, p, end, out, dzg)
-    except IndexError:
-        r = E_TRUNC
+    out.crc = c
+    r = _walk(b, p, end, out, dzg)
     if r is not None:
         out.error = r
         out.mask = 0
@@ -168,200 +178,170 @@ def decode_messages(b, p, end, out, dzg=False):
     return True
 
 
-def _messages(b, p, end, out, dzg):
-    """Walk every message; return None or an error text. Values land in out only via _list."""
-    seen = 0
-    while p < end:
-        tl = b[p]
-        if tl == 0x00:
-            p += 1  # fill between messages, as libsml tolerates
-            continue
-        if tl != 0x76:
-            return E_STRUCT
-        p += 1
-        for _ in range(3):  # transactionId, groupNo, abortOnError
-            p = _skip(b, p, end)
-            if p < 0:
-                return E_TRUNC
-        if b[p] != 0x72:
-            return E_STRUCT
-        p += 1
-        tl = b[p]
-        if tl & 0xF0 != 0x60 or tl & 0x0F < 2 or tl & 0x0F > 5:
-            return E_STRUCT
-        tag = 0
-        for i in range(p + 1, p + (tl & 0x0F)):
-            tag = (tag << 8) | b[i]
-        p += tl & 0x0F
-        if tag == _TAG_GET_LIST_RES:
-            p = _get_list(b, p, end, out, dzg)
-            if p < 0:
-                return E_STRUCT
-        else:
-            p = _skip(b, p, end)
-            if p < 0:
-                return E_TRUNC
-        p = _skip(b, p, end)  # message CRC: the transport CRC already covers the bytes
-        if p < 0 or p >= end or b[p] != 0x00:
-            return E_STRUCT
-        p += 1
-        seen += 1
-    if p != end or not seen:
-        return E_STRUCT
-    return None
-
-
-def _get_list(b, p, end, out, dzg):
-    """Parse an SML_GetList.Res body at p; return the position after it or -1."""
-    if b[p] != 0x77:
-        return -1
-    p = _skip(b, p + 1, end)  # clientId
-    if p < 0:
-        return -1
-    tl = b[p]
-    if tl & 0xF0 == 0x00 and tl > 1:  # serverId as a short octet string (TL counts itself)
-        n = tl - 1
-        if n > _MAX_SID:
-            n = _MAX_SID
-        sid = out.sid
-        for i in range(n):
-            sid[i] = b[p + 1 + i]
-        out.sid_len = n
-    p = _skip(b, p, end)  # serverId
-    if p < 0:
-        return -1
-    p = _skip(b, p, end)  # listName
-    if p < 0:
-        return -1
-    p = _skip(b, p, end)  # actSensorTime
-    if p < 0:
-        return -1
-    p = _list(b, p, end, out, dzg)
-    if p < 0:
-        return -1
-    p = _skip(b, p, end)  # listSignature
-    if p < 0:
-        return -1
-    return _skip(b, p, end)  # actGatewayTime
-
-
-def _list(b, p, end, out, dzg):
-    """Parse the valList (list of SML_ListEntry) at p into out; return the next position or -1."""
-    tl = b[p]
-    if tl & 0x70 != 0x70:
-        return -1
-    cnt = tl & 0x0F
-    p += 1
-    while tl & 0x80:  # multi-byte TL: the length continues in the low nibble of the next byte
-        tl = b[p]
-        p += 1
-        cnt = (cnt << 4) | (tl & 0x0F)
+def _walk(b, p, end, out, dzg):
+    """Walk every message and the GetList.Res value lists; return None or an error text."""
     slots = obis.SLOT
     units = obis.SML_UNIT
     mant = out.mant
     exp = out.exp
-    ffmask = 0  # slots already filled from an F=0xFF code (the current value beats billing periods)
-    while cnt:
-        cnt -= 1
-        if b[p] != 0x77:
-            return -1
-        p += 1
-        # objName: a 6-byte octet string A B C D E F
-        slot = -1
-        if b[p] == 0x07:
-            if b[p + 1] == 1:
-                slot = slots.get((b[p + 3] << 16) | (b[p + 4] << 8) | b[p + 5], -1)
-            f = b[p + 6]
-            p += 7
-        else:
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-            f = 0
-        # status and valTime: skipped; Holley's valTime is a bare uint32 instead of a list, _skip takes both
-        t = b[p]
-        if t == 0x01:
-            p += 1
-        else:
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        t = b[p]
-        if t == 0x01:
-            p += 1
-        else:
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        # unit
-        t = b[p]
-        if t == 0x62:
-            unit = b[p + 1]
-            p += 2
-        elif t == 0x01:
-            unit = -1
-            p += 1
-        else:
-            unit = -2
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        # scaler (int8)
-        t = b[p]
-        if t == 0x52:
-            sc = b[p + 1]
-            if sc > 127:
-                sc -= 256
-            p += 2
-        elif t == 0x01:
-            sc = 0
-            p += 1
-        else:
-            sc = 0
-            unit = -2
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        # value: an integer of 1..8 bytes is all we use; anything else is skipped
-        t = b[p]
-        ln = t & 0x0F
-        if t & 0x80 == 0 and (t & 0x70 == 0x50 or t & 0x70 == 0x60) and 2 <= ln <= 9:
-            q = p + ln
-            if q > end:
-                return -1
-            if slot >= 0:
-                v = 0
-                for i in range(p + 1, q):
-                    v = (v << 8) | b[i]
-                if t & 0x70 == 0x50 and b[p + 1] & 0x80:
-                    # libsml's DZG workaround: these meters send 16.7.0 as a 1-2 byte signed int meaning unsigned
-                    if dzg and slot == _SLOT_POWER and ln <= 3:
-                        out.dzg_fixed += 1
+    ffmask = 0  # slots filled from an F=0xFF code (the current value beats billing-period values)
+    seen = 0
+    try:
+        while p < end:
+            tl = b[p]
+            if tl == 0x00:
+                p += 1  # fill between messages, as libsml tolerates
+                continue
+            if tl != 0x76:
+                return E_STRUCT
+            # transactionId, groupNo, abortOnError
+            p = _skip(b, _skip(b, _skip(b, p + 1, end), end), end)
+            if p < 0 or b[p] != 0x72:
+                return E_STRUCT
+            tl = b[p + 1]
+            if tl & 0xF0 != 0x60 or tl & 0x0F < 2 or tl & 0x0F > 5:
+                return E_STRUCT
+            tag = 0
+            for i in range(p + 2, p + 1 + (tl & 0x0F)):
+                tag = (tag << 8) | b[i]
+            p += 1 + (tl & 0x0F)
+            if tag != _TAG_GET_LIST_RES:
+                p = _skip(b, p, end)
+                if p < 0:
+                    return E_TRUNC
+            else:
+                # SML_GetList.Res: clientId, serverId, listName, actSensorTime, valList, listSignature, gwTime
+                if b[p] != 0x77:
+                    return E_STRUCT
+                p = _skip(b, p + 1, end)
+                if p < 0:
+                    return E_TRUNC
+                tl = b[p]
+                if tl & 0xF0 == 0x00 and tl > 1:  # serverId as a short octet string (TL counts itself)
+                    k = tl - 1
+                    if k > _MAX_SID:
+                        k = _MAX_SID
+                    sid = out.sid
+                    for i in range(k):
+                        sid[i] = b[p + 1 + i]
+                    out.sid_len = k
+                p = _skip(b, _skip(b, _skip(b, p, end), end), end)
+                if p < 0:
+                    return E_TRUNC
+                tl = b[p]
+                if tl & 0x70 != 0x70:
+                    return E_STRUCT
+                cnt = tl & 0x0F
+                p += 1
+                while tl & 0x80:  # multi-byte TL: the count continues in the low nibble of the next byte
+                    tl = b[p]
+                    p += 1
+                    cnt = (cnt << 4) | (tl & 0x0F)
+                while cnt:
+                    cnt -= 1
+                    if b[p] != 0x77:
+                        return E_STRUCT
+                    # objName: a 6-byte octet string A B C D E F
+                    slot = -1
+                    f = 0
+                    if b[p + 1] == 0x07:
+                        if b[p + 2] == 1:
+                            slot = slots.get((b[p + 4] << 16) | (b[p + 5] << 8) | b[p + 6], -1)
+                        f = b[p + 7]
+                        p += 8
                     else:
-                        v -= 1 << (8 * (ln - 1))
-            p = q
-        else:
-            slot = -1
+                        p = _skip(b, p + 1, end)
+                    # status, then valTime (Holley sends a bare uint32 instead of the list: _skip takes both)
+                    if p >= 0 and b[p] == 0x01:
+                        p += 1
+                    else:
+                        p = _skip(b, p, end)
+                    if p >= 0 and b[p] == 0x01:
+                        p += 1
+                    else:
+                        p = _skip(b, p, end)
+                    if p < 0:
+                        return E_TRUNC
+                    # unit (uint8)
+                    tl = b[p]
+                    if tl == 0x62:
+                        unit = b[p + 1]
+                        p += 2
+                    elif tl == 0x01:
+                        unit = -1
+                        p += 1
+                    else:
+                        unit = -2
+                        p = _skip(b, p, end)
+                        if p < 0:
+                            return E_TRUNC
+                    # scaler (int8)
+                    tl = b[p]
+                    sc = 0
+                    if tl == 0x52:
+                        sc = b[p + 1]
+                        if sc > 127:
+                            sc -= 256
+                        p += 2
+                    elif tl == 0x01:
+                        p += 1
+                    else:
+                        unit = -2
+                        p = _skip(b, p, end)
+                        if p < 0:
+                            return E_TRUNC
+                    # value: an integer of 1..8 bytes is all we take; anything else is skipped
+                    tl = b[p]
+                    k = tl & 0x0F
+                    v = 0
+                    if tl & 0x80 == 0 and (tl & 0x70 == 0x50 or tl & 0x70 == 0x60) and 2 <= k <= 9:
+                        if p + k > end:
+                            return E_TRUNC
+                        if slot >= 0:
+                            for i in range(p + 1, p + k):
+                                v = (v << 8) | b[i]
+                            if tl & 0x70 == 0x50 and b[p + 1] & 0x80:
+                                # libsml's DZG workaround: 16.7.0 sent as a 1-2 byte signed int that means unsigned
+                                if dzg and slot == _SLOT_POWER and k <= 3:
+                                    out.dzg_fixed += 1
+                                else:
+                                    v -= 1 << (8 * (k - 1))
+                        p += k
+                    else:
+                        slot = -1
+                        p = _skip(b, p, end)
+                        if p < 0:
+                            return E_TRUNC
+                    # valueSignature
+                    if b[p] == 0x01:
+                        p += 1
+                    else:
+                        p = _skip(b, p, end)
+                        if p < 0:
+                            return E_TRUNC
+                    if p > end:
+                        return E_TRUNC
+                    if slot >= 0:
+                        if unit != units[slot] and unit != -1:
+                            out.unit_mismatch += 1
+                        elif f == 0xFF or not (ffmask >> slot) & 1:
+                            mant[slot] = v
+                            exp[slot] = sc
+                            out.mask |= 1 << slot
+                            if f == 0xFF:
+                                ffmask |= 1 << slot
+                # listSignature, actGatewayTime
+                p = _skip(b, _skip(b, p, end), end)
+                if p < 0:
+                    return E_TRUNC
+            # message CRC (the transport CRC already covers these bytes), endOfSmlMsg
             p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        # valueSignature
-        t = b[p]
-        if t == 0x01:
+            if p < 0 or p >= end or b[p] != 0x00:
+                return E_STRUCT
             p += 1
-        else:
-            p = _skip(b, p, end)
-            if p < 0:
-                return -1
-        if p > end:
-            return -1
-        if slot >= 0:
-            if unit != units[slot] and unit != -1:
-                out.unit_mismatch += 1
-            elif f == 0xFF or not (ffmask >> slot) & 1:
-                mant[slot] = v
-                exp[slot] = sc
-                out.mask |= 1 << slot
-                if f == 0xFF:
-                    ffmask |= 1 << slot
-    return p
+            seen += 1
+    except IndexError:
+        return E_TRUNC
+    if p != end or not seen:
+        return E_STRUCT
+    return None
