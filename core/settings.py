@@ -314,7 +314,7 @@ class SettingsError(Exception):
     """A rejected update: fields maps each offending dotted key to its reason; nothing was changed."""
 
     def __init__(self, fields):
-        Exception.__init__(self, "Invalid settings")
+        super().__init__("Invalid settings")
         self.fields = fields
 
 

@@ -50,7 +50,7 @@ class TokenError(Exception):
     """A refused confirm: status 409 (no pending pair, wrong token) or 410 (pending pair expired)."""
 
     def __init__(self, status, message):
-        Exception.__init__(self, message)
+        super().__init__(message)
         self.status = status
         self.message = message
 

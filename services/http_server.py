@@ -29,7 +29,7 @@ class ApiError(Exception):
     """Raised by handlers (and the server) for a JSON error answer: status, message, optional fields and headers."""
 
     def __init__(self, status, message, fields=None, headers=None):
-        Exception.__init__(self, message)
+        super().__init__(message)
         self.status = status
         self.message = message
         self.fields = fields

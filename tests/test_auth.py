@@ -1,0 +1,159 @@
+"""services/auth.py token logic and core/settings.py validation, on CPython and inside the MicroPython VM."""
+
+import json
+import os
+
+import pytest
+
+from services.auth import PENDING_MS, READ, WRITE, TokenError, Tokens, same, sha256_hex
+from tests.steppedclock import SteppedClock
+from tools.mpvm import MicroVM
+
+
+def test_sha256_hex_matches_hashlib():
+    import hashlib
+
+    assert sha256_hex("abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_same_is_plain_equality():
+    assert same("ab", "ab") and not same("ab", "ac") and not same("ab", "abc") and not same(None, "a")
+
+
+def test_factory_state_has_no_tokens(tmp_path):
+    t = Tokens(str(tmp_path / "tokens.json"))
+    t.load()
+    assert not t.configured() and t.level("anything") is None
+
+
+def test_generate_confirm_rotation(tmp_path):
+    clock = SteppedClock()
+    path = str(tmp_path / "tokens.json")
+    t = Tokens(path)
+    t.load()
+    r1, w1 = t.generate(clock())
+    assert len(r1) == 64 and len(w1) == 64 and r1 != w1
+    assert not t.configured() and t.level(w1) is None  # pending is not active
+    t.confirm(w1, clock())
+    assert t.level(w1) == WRITE and t.level(r1) == READ
+    stored = json.load(open(path))
+    assert w1 not in json.dumps(stored) and stored["write"] == sha256_hex(w1)  # hashes only on the flash
+    # second rotation: old stay valid until confirm, then die
+    r2, w2 = t.generate(clock())
+    assert t.level(w1) == WRITE and t.level(w2) is None
+    clock.advance(PENDING_MS - 1)
+    t.confirm(w2, clock())
+    assert t.level(w1) is None and t.level(r1) is None and t.level(w2) == WRITE and t.level(r2) == READ
+    again = Tokens(path)
+    again.load()
+    assert again.level(w2) == WRITE and again.level(r2) == READ
+
+
+def test_confirm_errors_keep_old_tokens(tmp_path):
+    clock = SteppedClock()
+    t = Tokens(str(tmp_path / "tokens.json"))
+    _r, w = t.generate(clock())
+    t.confirm(w, clock())
+    with pytest.raises(TokenError) as ei:
+        t.confirm(w, clock())  # nothing pending
+    assert ei.value.status == 409
+    r2, w2 = t.generate(clock())
+    with pytest.raises(TokenError) as ei:
+        t.confirm(r2, clock())  # the READ token is not the confirmation
+    assert ei.value.status == 409
+    with pytest.raises(TokenError) as ei:
+        t.confirm("0" * 64, clock())
+    assert ei.value.status == 409
+    clock.advance(PENDING_MS)
+    with pytest.raises(TokenError) as ei:
+        t.confirm(w2, clock())  # 60 s passed
+    assert ei.value.status == 410
+    assert t.level(w) == WRITE and t.level(w2) is None
+    with pytest.raises(TokenError) as ei:
+        t.confirm(w2, clock())  # the expired pair is gone
+    assert ei.value.status == 409
+
+
+def test_second_generate_replaces_pending(tmp_path):
+    clock = SteppedClock()
+    t = Tokens(str(tmp_path / "tokens.json"))
+    _r1, w1 = t.generate(clock())
+    _r2, w2 = t.generate(clock())
+    with pytest.raises(TokenError):
+        t.confirm(w1, clock())
+    t.confirm(w2, clock())
+    assert t.level(w2) == WRITE
+
+
+def test_broken_token_file_means_no_tokens(tmp_path):
+    p = tmp_path / "tokens.json"
+    p.write_text('{"read": "zz", "write": 5}')
+    t = Tokens(str(p))
+    t.load()
+    assert not t.configured() and t.load_error
+
+
+def test_tokens_come_from_urandom(tmp_path):
+    calls = []
+
+    def rnd(n):
+        calls.append(n)
+        return os.urandom(n)
+
+    t = Tokens(str(tmp_path / "t.json"), urandom=rnd)
+    t.generate(0)
+    assert calls == [32, 32]
+
+
+VM_CODE = r"""
+import os
+from services.auth import Tokens, sha256_hex, same, READ, WRITE, TokenError
+t = Tokens("/nowhere/tokens.json", urandom=lambda n: bytes(range(n)))
+t.load()
+print("configured", t.configured())
+r, w = t.generate(1000)
+print("lens", len(r), len(w))
+try:
+    t.confirm("x", 1000)
+except TokenError as e:
+    print("wrong", e.status)
+try:
+    t.confirm(w, 1000 + 60000)
+except TokenError as e:
+    print("late", e.status)
+print("hash", sha256_hex("abc"))
+from core.settings import Settings, SettingsError
+s = Settings(None, zone_ok=lambda z: z == "Europe/Berlin")
+bad = [{"device_name": "x" * 32}, {"mqtt": {"port": 0}}, {"ctRatio": 1.25}, {"ledEnable": 1},
+       {"wifi": {"primary": {"static_ip": True}}}, {"timezone": "Mars/X"}, {"medianFilterSize": 4},
+       {"accessPoint": {"password": "short"}}, {"language": {"active": "fr"}}, {"nope": 1},
+       {"wifi": {"primary": {"subnet": "255.0.255.0"}}}]
+for b in bad:
+    try:
+        s.update(b)
+        print("accepted", b)
+    except SettingsError as e:
+        print("rejected", sorted(e.fields))
+print("changed", s.update({"ctRatio": 2.5, "medianFilterSize": 0, "device_name": "Keller",
+                           "wifi": {"primary": {"static_ip": True, "ip": "10.0.0.2", "subnet": "255.255.255.0",
+                                                "gateway": "10.0.0.1"}}}))
+print("ct", s.get("ctRatio"), "pub", "password" in s.public()["wifi"]["primary"])
+"""
+
+
+def test_token_and_settings_logic_in_micropython_vm():
+    with MicroVM(packages=("core", "services")) as vm:
+        out, _fuel = vm.run(VM_CODE)
+    lines = out.strip().splitlines()
+    assert lines[0] == "configured False"
+    assert lines[1] == "lens 64 64"
+    assert lines[2] == "wrong 409"
+    assert lines[3] == "late 410"
+    assert lines[4] == "hash " + sha256_hex("abc")
+    rejected = [ln for ln in lines if ln.startswith("rejected")]
+    assert len(rejected) == 11, out
+    assert "rejected ['wifi.primary.gateway', 'wifi.primary.ip', 'wifi.primary.subnet']" in lines
+    changed = [ln for ln in lines if ln.startswith("changed")][0]
+    for key in ("ctRatio", "medianFilterSize", "device_name", "wifi.primary.static_ip", "wifi.primary.ip"):
+        assert key in changed
+    assert lines[-1] == "ct 2.5 pub False"

@@ -1,0 +1,298 @@
+"""core/settings.py: every rule of the spec's settings table, all-or-nothing updates, secrets, atomic storage."""
+
+import json
+import os
+
+import pytest
+
+from core import settings as S
+from core.settings import Settings, SettingsError, read_json_file, write_atomic
+
+ZONES = {"Europe/Berlin", "Europe/London", "UTC"}
+
+
+def make(tmp_path=None):
+    path = str(tmp_path / "settings.json") if tmp_path is not None else None
+    return Settings(path, zone_ok=lambda z: z in ZONES)
+
+
+def rejects(s, patch, key):
+    with pytest.raises(SettingsError) as ei:
+        s.update(patch)
+    assert key in ei.value.fields, ei.value.fields
+    return ei.value.fields[key]
+
+
+# (patch, dotted key that must be rejected)
+BAD = [
+    ({"device_name": "x" * 32}, "device_name"),
+    ({"device_name": 5}, "device_name"),
+    ({"device_name": "a\nb"}, "device_name"),
+    ({"ledEnable": 1}, "ledEnable"),
+    ({"ledEnable": "true"}, "ledEnable"),
+    ({"wifi": {"primary": {"password": "x" * 64}}}, "wifi.primary.password"),
+    ({"wifi": {"primary": {"password": "ä" * 32}}}, "wifi.primary.password"),  # 64 bytes
+    ({"wifi": {"primary": {"password": "short"}}}, "wifi.primary.password"),
+    ({"wifi": {"primary": {"ssid": "s" * 33}}}, "wifi.primary.ssid"),
+    ({"wifi": {"primary": {"enable": "yes"}}}, "wifi.primary.enable"),
+    ({"wifi": {"primary": {"ip": "192.168.1.256"}}}, "wifi.primary.ip"),
+    ({"wifi": {"primary": {"ip": "192.168.1"}}}, "wifi.primary.ip"),
+    ({"wifi": {"primary": {"ip": "01.2.3.4"}}}, "wifi.primary.ip"),
+    ({"wifi": {"primary": {"gateway": "a.b.c.d"}}}, "wifi.primary.gateway"),
+    ({"wifi": {"primary": {"subnet": "255.0.255.0"}}}, "wifi.primary.subnet"),
+    ({"wifi": {"primary": {"dns": 8}}}, "wifi.primary.dns"),
+    ({"wifi": {"secondary": {"static_ip": True, "ip": "10.0.0.2"}}}, "wifi.secondary.subnet"),
+    ({"wifi": {"secondary": {"static_ip": True, "ip": "10.0.0.2", "subnet": "255.0.0.0"}}}, "wifi.secondary.gateway"),
+    ({"wifi": {"primary": {"static_ip": True}}}, "wifi.primary.ip"),
+    ({"wifi": {"primary": {"nope": 1}}}, "wifi.primary.nope"),
+    ({"wifi": {"tertiary": {}}}, "wifi.tertiary"),
+    ({"wifi": 5}, "wifi"),
+    ({"accessPoint": {"password": "1234567"}}, "accessPoint.password"),
+    ({"accessPoint": {"password_enable": "on"}}, "accessPoint.password_enable"),
+    ({"api_auth_required": 0}, "api_auth_required"),
+    ({"timezone": "Mars/Olympus"}, "timezone"),
+    ({"timezone": ""}, "timezone"),
+    ({"ntp_server": ""}, "ntp_server"),
+    ({"ntp_server": "bad host"}, "ntp_server"),
+    ({"language": {"active": "German"}}, "language.active"),
+    ({"language": {"active": "fr"}}, "language.active"),
+    ({"language": {"installed": []}}, "language.installed"),
+    ({"mqtt": {"port": 0}}, "mqtt.port"),
+    ({"mqtt": {"port": 65536}}, "mqtt.port"),
+    ({"mqtt": {"port": "1883"}}, "mqtt.port"),
+    ({"mqtt": {"port": True}}, "mqtt.port"),
+    ({"mqtt": {"port": 1883.0}}, "mqtt.port"),
+    ({"mqtt": {"enable": True}}, "mqtt.host"),
+    ({"mqtt": {"topic_prefix": "a/#"}}, "mqtt.topic_prefix"),
+    ({"mqtt": {"sendInterval": 0}}, "mqtt.sendInterval"),
+    ({"modbus": {"port": 0}}, "modbus.port"),
+    ({"modbus": {"enable": 1}}, "modbus.enable"),
+    ({"medianFilterSize": 4}, "medianFilterSize"),
+    ({"medianFilterSize": "Off"}, "medianFilterSize"),
+    ({"medianFilterSize": True}, "medianFilterSize"),
+    ({"ctRatio": 0.9}, "ctRatio"),
+    ({"ctRatio": 10000.1}, "ctRatio"),
+    ({"ctRatio": 1.25}, "ctRatio"),
+    ({"ctRatio": "2"}, "ctRatio"),
+    ({"ctRatio": True}, "ctRatio"),
+    ({"ctRatio": float("nan")}, "ctRatio"),
+    ({"autoOta": None}, "autoOta"),
+    ({"cloudIotEnabled": "false"}, "cloudIotEnabled"),
+    ({"unknownKey": 1}, "unknownKey"),
+    ({"history": {"flushMinutes": 0}}, "history.flushMinutes"),
+]
+
+
+@pytest.mark.parametrize("patch,key", BAD, ids=[k for _p, k in BAD])
+def test_bad_values_rejected_and_nothing_changes(patch, key):
+    s = make()
+    before = json.dumps(s.doc, sort_keys=True)
+    rejects(s, patch, key)
+    assert json.dumps(s.doc, sort_keys=True) == before
+
+
+GOOD = [
+    ({"device_name": "x" * 31}, "device_name", "x" * 31),
+    ({"device_name": "Zähler Küche"}, "device_name", "Zähler Küche"),
+    ({"ledEnable": False}, "ledEnable", False),
+    ({"wifi": {"primary": {"password": "x" * 63}}}, "wifi.primary.password", "x" * 63),
+    ({"wifi": {"primary": {"static_ip": True, "ip": "192.168.1.10", "subnet": "255.255.255.0",
+                           "gateway": "192.168.1.1"}}}, "wifi.primary.dns", ""),
+    ({"accessPoint": {"password": "12345678"}}, "accessPoint.password", "12345678"),
+    ({"timezone": "Europe/London"}, "timezone", "Europe/London"),
+    ({"language": {"active": "en"}}, "language.active", "en"),
+    ({"mqtt": {"port": 1}}, "mqtt.port", 1),
+    ({"mqtt": {"port": 65535}}, "mqtt.port", 65535),
+    ({"mqtt": {"enable": True, "host": "broker.local"}}, "mqtt.host", "broker.local"),
+    ({"medianFilterSize": 0}, "medianFilterSize", 0),
+    ({"medianFilterSize": 9}, "medianFilterSize", 9),
+    ({"ctRatio": 1}, "ctRatio", 1),
+    ({"ctRatio": 10000}, "ctRatio", 10000),
+    ({"ctRatio": 2.5}, "ctRatio", 2.5),
+    ({"ctRatio": 150.0}, "ctRatio", 150),
+    ({"ctRatio": 0.3 * 10}, "ctRatio", 3),   # 3.0000000000000004 is a step of 0.1
+    ({"modbus": {"enable": True, "port": 1502}}, "modbus.port", 1502),
+    ({"mqtt.host": "10.0.0.5"}, "mqtt.host", "10.0.0.5"),   # dotted path at the top level
+]
+
+
+@pytest.mark.parametrize("patch,key,value", GOOD, ids=[k for _p, k, _v in GOOD])
+def test_good_values_applied(patch, key, value):
+    s = make()
+    s.update(patch)
+    assert s.get(key) == value
+
+
+def test_all_or_nothing_with_one_bad_key():
+    s = make()
+    with pytest.raises(SettingsError) as ei:
+        s.update({"device_name": "new", "ledEnable": False, "mqtt": {"port": 0}})
+    assert list(ei.value.fields) == ["mqtt.port"]
+    assert s.get("device_name") == "Meter Plus" and s.get("ledEnable") is True
+
+
+def test_every_bad_key_reported():
+    s = make()
+    with pytest.raises(SettingsError) as ei:
+        s.update({"device_name": "x" * 40, "timezone": "Nowhere", "bogus": 1, "ctRatio": 0})
+    assert set(ei.value.fields) == {"device_name", "timezone", "bogus", "ctRatio"}
+
+
+def test_secrets_never_in_public_document():
+    s = make()
+    s.update({"wifi": {"primary": {"ssid": "Home", "password": "hunter2hunter2"}}, "mqtt": {"password": "pw"},
+              "accessPoint": {"password": "apsecret"}})
+    pub = s.public()
+    text = json.dumps(pub)
+    for secret in ("hunter2hunter2", "apsecret", '"pw"'):
+        assert secret not in text
+    assert pub["wifi"]["primary"]["password_set"] is True
+    assert pub["wifi"]["secondary"]["password_set"] is False
+    assert pub["mqtt"]["password_set"] is True and pub["accessPoint"]["password_set"] is True
+    assert "password" not in pub["wifi"]["primary"]
+    assert pub["language"] == {"active": "de", "installed": [{"code": "de", "name": "Deutsch"},
+                                                             {"code": "en", "name": "English"}]}
+
+
+def test_empty_password_keeps_null_clears():
+    s = make()
+    s.update({"wifi": {"primary": {"password": "hunter2hunter2"}}})
+    assert s.update({"wifi": {"primary": {"ssid": "Other", "password": ""}}}) == ["wifi.primary.ssid"]
+    assert s.get("wifi.primary.password") == "hunter2hunter2"
+    assert s.update({"wifi": {"primary": {"password": None}}}) == ["wifi.primary.password"]
+    assert s.get("wifi.primary.password") == ""
+
+
+def test_public_document_posts_back_unchanged():
+    s = make()
+    s.update({"mqtt": {"password": "pw"}})
+    assert s.update(s.public()) == []
+
+
+def test_read_only_flag_cannot_be_changed():
+    s = make()
+    assert rejects(s, {"mqtt": {"password_set": True}}, "mqtt.password_set") == "read-only"
+
+
+def test_changed_keys_only_real_changes():
+    s = make()
+    assert s.update({"ledEnable": True, "device_name": "Meter Plus"}) == []
+    assert s.update({"ledEnable": False, "device_name": "Meter Plus"}) == ["ledEnable"]
+
+
+def test_restart_keys():
+    assert S.restart_needed("wifi.primary.ssid") and S.restart_needed("accessPoint.enable")
+    assert not S.restart_needed("ledEnable") and not S.restart_needed("mqtt.host")
+
+
+def test_persisted_and_reloaded(tmp_path):
+    s = make(tmp_path)
+    s.update({"device_name": "Keller", "ctRatio": 2.5, "wifi": {"primary": {"password": "hunter2hunter2"}}})
+    again = make(tmp_path)
+    assert again.exists()
+    assert again.get("device_name") == "Keller" and again.get("ctRatio") == 2.5
+    assert again.get("wifi.primary.password") == "hunter2hunter2"
+    assert sorted(os.listdir(tmp_path)) == ["settings.json"]
+
+
+def test_invalid_stored_values_fall_back_to_defaults(tmp_path):
+    with open(tmp_path / "settings.json", "w") as f:
+        json.dump({"device_name": 7, "ledEnable": False, "mqtt": {"port": 99999}, "junk": 1}, f)
+    s = make(tmp_path)
+    assert s.get("device_name") == "Meter Plus" and s.get("ledEnable") is False and s.get("mqtt.port") == 1883
+    assert s.load_errors == 2
+
+
+def test_broken_file_means_defaults(tmp_path):
+    (tmp_path / "settings.json").write_text('{"device_name": "Kel')
+    s = make(tmp_path)
+    assert s.get("device_name") == "Meter Plus"
+
+
+class PowerCut(Exception):
+    pass
+
+
+@pytest.mark.parametrize("cut_at", range(8))
+def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
+    """Interrupt write_atomic before its n-th file-system operation; the reader gets the old or the new document."""
+    path = str(tmp_path / "doc.json")
+    write_atomic(path, {"v": "old"})
+    ops = {"n": 0}
+    real = {"open": open, "rename": os.rename, "remove": os.remove}
+
+    def step():
+        if ops["n"] == cut_at:
+            raise PowerCut()
+        ops["n"] += 1
+
+    class TornFile:
+        """An open() whose write stops half way when the cut falls inside it."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, text):
+            if ops["n"] == cut_at:
+                self.f.write(text[: len(text) // 2])
+                self.f.close()
+                raise PowerCut()
+            ops["n"] += 1
+            return self.f.write(text)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def fake_open(p, mode="r", *a, **k):
+        f = real["open"](p, mode, *a, **k)
+        return TornFile(f) if "w" in mode else f
+
+    def fake_rename(a, b):
+        step()
+        if os.path.exists(b):  # FAT: rename onto an existing file fails
+            raise OSError(17, "EEXIST")
+        real["rename"](a, b)
+
+    def fake_remove(p):
+        step()
+        real["remove"](p)
+
+    monkeypatch.setattr(S, "open", fake_open, raising=False)
+    monkeypatch.setattr(S.os, "rename", fake_rename)
+    monkeypatch.setattr(S.os, "remove", fake_remove)
+    try:
+        write_atomic(path, {"v": "new"})
+        finished = True
+    except PowerCut:
+        finished = False
+    monkeypatch.undo()
+    got = read_json_file(path)
+    assert got in ({"v": "old"}, {"v": "new"})
+    if finished:
+        assert got == {"v": "new"}
+    assert finished == (cut_at >= 5)  # five steps: write .tmp, remove .bak, rename to .bak, rename .tmp, remove .bak
+    # and the next write after the reboot works from whatever was left
+    write_atomic(path, {"v": "next"})
+    assert read_json_file(path) == {"v": "next"}
+
+
+def test_write_atomic_survives_fat_rename_semantics(tmp_path, monkeypatch):
+    real_rename = os.rename
+
+    def fat_rename(a, b):
+        if os.path.exists(b):
+            raise OSError(17, "EEXIST")
+        real_rename(a, b)
+
+    monkeypatch.setattr(S.os, "rename", fat_rename)
+    path = str(tmp_path / "s.json")
+    for i in range(3):
+        write_atomic(path, {"i": i})
+        assert read_json_file(path) == {"i": i}
+    assert sorted(os.listdir(tmp_path)) == ["s.json"]
