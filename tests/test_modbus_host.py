@@ -1,0 +1,130 @@
+"""The Modbus server in the whole firmware on the host runtime, driven by pysunspec2, pymodbus and aio-wattwaechter."""
+
+import asyncio
+import socket
+import struct
+
+import pytest
+import sunspec2.modbus.client as ss_client
+from aio_wattwaechter import Wattwaechter
+from pymodbus.client import ModbusTcpClient
+from pymodbus.exceptions import ConnectionException, ModbusIOException
+
+from tests.hostproc import HostProcess
+
+pytestmark = pytest.mark.slow
+BASE = 40000
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    h = HostProcess(tmp_path_factory.mktemp("drive"), settings={"modbus": {"enable": True, "port": 1502}}).start()
+    yield h
+    h.stop()
+
+
+def latest(host):
+    status, body, _h = host.get("/api/v1/history/latest")
+    return body if status == 200 and body and body.get("1.8.0") else None
+
+
+def device(host):
+    return ss_client.SunSpecModbusClientDeviceTCP(slave_id=1, ipaddr="127.0.0.1", ipport=host.modbus_port, timeout=3)
+
+
+def client(host):
+    c = ModbusTcpClient("127.0.0.1", port=host.modbus_port, timeout=3, retries=0, reconnect_delay=0)
+    assert c.connect()
+    return c
+
+
+def test_status_reports_the_running_server(host):
+    async def fetch():
+        async with Wattwaechter("127.0.0.1:%d" % host.port) as ww:
+            return await ww.modbus_status()
+
+    host.wait_for(lambda: latest(host))
+    st = asyncio.run(fetch())
+    assert st.enabled and st.running
+    assert st.port == host.modbus_port          # --modbus-port overrides modbus.port (1502)
+    names = {r.name: r for r in st.registers}
+    assert names["W"].register == 40088 and names["W"].scale_register == 40092 and names["W"].valid
+    assert names["TotWhImp"].obis == "1.8.0" and names["TotWhImp"].unit == "Wh"
+
+
+def test_pysunspec2_scan_matches_history_latest(host):
+    """W, TotWhImp and TotWhExp equal /history/latest of the same Reading (read before and after the model)."""
+    host.wait_for(lambda: latest(host))
+    dev = device(host)
+    try:
+        dev.scan()
+        assert sorted(k for k in dev.models if isinstance(k, int)) == [1, 203]
+        common = dev.common[0]
+        assert common.Mn.cvalue == "Meter Plus" and common.SN.cvalue and common.Vr.cvalue
+        meter = dev.models[203][0]
+        for _attempt in range(20):
+            before = latest(host)
+            dev.connect()
+            meter.read()          # one transaction: values and scale factors of the same image
+            after = latest(host)
+            if before == after:
+                break
+        else:
+            pytest.fail("/history/latest changed during every read")
+        sf = 10 ** meter.TotWh_SF.value
+        assert meter.W.cvalue == pytest.approx(after["16.7.0"]["value"], abs=0.5 * 10 ** meter.W_SF.value)
+        assert abs(meter.TotWhImp.cvalue - after["1.8.0"]["value"] * 1000) <= 0.5 * sf + 1e-6
+        assert abs(meter.TotWhExp.cvalue - after["2.8.0"]["value"] * 1000) <= 0.5 * sf + 1e-6
+    finally:
+        dev.close()
+
+
+def test_pymodbus_exception_cases(host):
+    c = client(host)
+    try:
+        assert struct.pack(">HH", *c.read_holding_registers(BASE, count=2).registers) == b"SunS"
+        assert c.read_input_registers(BASE, count=125).registers == c.read_holding_registers(BASE, count=125).registers
+        for start, count in ((BASE + 179, 1), (0, 3), (50000, 3), (BASE + 100, 100)):
+            rr = c.read_holding_registers(start, count=count)
+            assert rr.isError() and rr.exception_code == 2
+        rr = c.write_register(BASE, 1)
+        assert rr.isError() and rr.exception_code == 1
+    finally:
+        c.close()
+    s = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)
+    try:
+        s.sendall(struct.pack(">HHHBBHH", 3, 0, 6, 1, 3, BASE, 126))
+        assert s.recv(64) == bytes.fromhex("000300000003018303")
+        s.sendall(struct.pack(">HHHBBHH", 4, 0, 6, 1, 3, BASE, 0))
+        assert s.recv(64) == bytes.fromhex("000400000003018303")
+    finally:
+        s.close()
+
+
+def test_three_clients_third_refused_bad_frame_harms_nothing(host):
+    a, b = client(host), client(host)
+    try:
+        assert not a.read_holding_registers(BASE, count=2).isError()
+        assert not b.read_holding_registers(BASE, count=2).isError()
+        third = ModbusTcpClient("127.0.0.1", port=host.modbus_port, timeout=3, retries=0, reconnect_delay=0)
+        third.connect()
+        with pytest.raises((ConnectionException, ModbusIOException, ConnectionError)):
+            rr = third.read_holding_registers(BASE, count=2)
+            if rr.isError():
+                raise ModbusIOException("error reply")
+        third.close()
+        b.close()
+        host.wait_for(lambda: host.get("/api/v1/modbus/status")[1]["active_connections"] == 1)
+        bad = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)
+        bad.sendall(b"GET / HTTP/1.1\r\n\r\n")      # not Modbus: protocol id 0x2F20
+        try:
+            assert bad.recv(1) == b""
+        except ConnectionResetError:
+            pass
+        bad.close()
+        assert not a.read_input_registers(BASE, count=2).isError()
+        status, body, _h = host.get("/api/v1/system/alive")
+        assert status == 200
+    finally:
+        a.close()
+        b.close()
