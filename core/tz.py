@@ -158,6 +158,7 @@ class Rule:
         self.start = self.end = None
         self._year = None
         self._tr = None
+        self._lo = self._hi = self._off = 0
         if i == len(s):
             return
         self.dst_name, i = _parse_name(s, i)
@@ -196,24 +197,50 @@ class Rule:
         return day * _DAY + spec[4]
 
     def transitions(self, y):
-        """UTC instants (dst_start, dst_end) of year y, or None for a rule without DST."""
+        """UTC instants (dst_start, dst_end) that year y's rule names, or None for a rule without DST."""
         if self.dst is None:
             return None
+        # Start time is given in standard time, end time in daylight time.
+        return (self._wall(self.start, y) - self.std, self._wall(self.end, y) - self.dst)
+
+    def _edges(self, y):
+        # Transitions named by years y-1..y+1 in time order, as (times, offsets after each). A year's rule
+        # may reach into the next one (J365/25, or a southern summer), so the neighbours count too; on a
+        # tie the later year's event wins, which makes "0/0,J365/25" daylight time all year (RFC 8536).
         if self._year != y:
-            # Start time is given in standard time, end time in daylight time.
-            self._tr = (self._wall(self.start, y) - self.std, self._wall(self.end, y) - self.dst)
+            ev = []
+            for k in (y - 1, y, y + 1):
+                a, b = self.transitions(k)
+                ev.append((a, k, 0, self.dst))
+                ev.append((b, k, 1, self.std))
+            ev.sort()
+            self._tr = ([e[0] for e in ev], [e[3] for e in ev])
             self._year = y
         return self._tr
-
-    def _isdst(self, a, b, t):
-        return (a <= t < b) if a < b else not (b <= t < a)
 
     def utc_offset(self, utc):
         """Seconds east of UTC in effect at a UTC instant (epoch seconds)."""
         if self.dst is None:
             return self.std
-        a, b = self.transitions(civil_from_days(utc // _DAY)[0])
-        return self.dst if self._isdst(a, b, utc) else self.std
+        if self._lo <= utc < self._hi:
+            return self._off
+        days = utc // _DAY
+        y = civil_from_days(days)[0]
+        times, offs = self._edges(y)
+        i = len(times) - 1
+        while i >= 0 and times[i] > utc:
+            i -= 1
+        off = offs[i] if i >= 0 else self._other(offs[0])
+        # Remember the stretch of this UTC year with this offset: consecutive calls skip the date maths.
+        ys = days_from_civil(y, 1, 1) * _DAY
+        ye = days_from_civil(y + 1, 1, 1) * _DAY
+        self._lo = max(times[i] if i >= 0 else ys, ys)
+        self._hi = min(times[i + 1] if i + 1 < len(times) else ye, ye)
+        self._off = off
+        return off
+
+    def _other(self, off):
+        return self.std if off == self.dst else self.dst
 
     def offset_min(self, utc):
         """utc_offset in minutes, rounded towards minus infinity (every shipped zone is whole minutes)."""
@@ -227,38 +254,49 @@ class Rule:
         """Local wall seconds (epoch seconds read as if UTC) of a UTC instant."""
         return utc + self.utc_offset(utc)
 
+    def _resolve(self, local):
+        # (earliest, latest) UTC instants showing this wall time, or (None, k) when it falls in the gap
+        # opened by transition k.
+        times, offs = self._edges(civil_from_days(local // _DAY)[0])
+        first = last = None
+        before = self._other(offs[0])
+        n = len(times)
+        for i in range(-1, n):
+            off = offs[i] if i >= 0 else before
+            u = local - off
+            if (i < 0 or times[i] <= u) and (i + 1 >= n or u < times[i + 1]):
+                if first is None:
+                    first = u
+                last = u
+        if first is not None:
+            return first, last
+        for k in range(n):
+            prev = offs[k - 1] if k else before
+            if times[k] + prev <= local < times[k] + offs[k]:
+                return None, k
+        raise ValueError("wall time %d not resolved" % local)
+
     def to_utc(self, local, fold=0):
         """UTC instant of local wall seconds; fold as in PEP 495 (0: gap moves forward, overlap takes the first)."""
         if self.dst is None:
             return local - self.std
-        y = civil_from_days(local // _DAY)[0]
-        # Wall-clock transition instants, shifted so gap and overlap fall on the side fold asks for.
-        a = self._wall(self.start, y)
-        b = self._wall(self.end, y)
-        diff = self.dst - self.std
-        if (fold == 1) == (diff >= 0):
-            b -= diff
-        else:
-            a += diff
-        return local - (self.dst if self._isdst(a, b, local) else self.std)
+        first, last = self._resolve(local)
+        if first is not None:
+            return last if fold else first
+        times, offs = self._tr
+        # In the gap: fold=0 reads the wall time with the offset before the jump, fold=1 with the one after.
+        off = offs[last] if fold else (offs[last - 1] if last else self._other(offs[0]))
+        return local - off
 
     def day_start(self, y, m, d):
         """First UTC instant whose local date is y-m-d (the transition itself when midnight is skipped)."""
         midnight = days_from_civil(y, m, d) * _DAY
-        u = self.to_utc(midnight, 0)
-        got = self.local(u)
-        if got == midnight:
-            return u
-        # Midnight lies in a gap: u was read with the offset before the jump, the jump is in (u - gap, u].
-        lo = u - abs(self.dst - self.std)
-        hi = u
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.local(mid) >= midnight:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        if self.dst is None:
+            return midnight - self.std
+        first, k = self._resolve(midnight)
+        if first is not None:
+            return first
+        return self._tr[0][k]
 
     def __repr__(self):
         return "Rule(%r)" % self.text
@@ -276,55 +314,76 @@ def local_date(rule, utc):
 
 # --- The zone table (tools/build_tz.py): "#" comments, then "=N RULE" lines, then "NAME N" lines sorted.
 
-def _lines(path):
-    with open(path) as f:
-        while True:
-            line = f.readline()
-            if not line:
-                return
-            line = line.strip()
-            if line and line[0] != "#":
-                yield line
+def _lines(f):
+    # Data lines of the open table, one at a time: the file is never read whole.
+    while True:
+        line = f.readline()
+        if not line:
+            return
+        line = line.strip()
+        if line and line[0] != "#":
+            yield line
 
 
-def rule_text(name, path=TABLE):
-    """POSIX rule string of a zone name from the table, or None when the name is not listed."""
+def _open(src):
+    # A path is opened (and closed by the caller); an open file or StringIO is used as it is.
+    if isinstance(src, str):
+        return open(src), True
+    src.seek(0)
+    return src, False
+
+
+def rule_text(name, src=TABLE):
+    """POSIX rule string of a zone name from the table (a path or an open file), or None when not listed."""
+    f, own = _open(src)
+    try:
+        return _rule_text(f, name)
+    finally:
+        if own:
+            f.close()
+
+
+def _rule_text(f, name):
+    # One readline per line and no other allocation while scanning: this runs on a small heap.
+    key = name + " "
     want = None
-    for line in _lines(path):
-        if line[0] == "=":
-            continue
-        sp = line.rfind(" ")
-        key = line[:sp]
-        if key == name:
-            want = line[sp + 1:]
+    while True:
+        line = f.readline()
+        if not line:
+            return None
+        if line.startswith(key):
+            want = "=" + line[len(key):].strip() + " "
             break
-        if key > name:  # zone lines are sorted
-            break
-    if want is None:
-        return None
-    for line in _lines(path):
-        if line[0] != "=":
-            break
-        sp = line.find(" ")
-        if line[1:sp] == want:
-            return line[sp + 1:]
-    raise ValueError("zone table %s: rule %s of %s missing" % (path, want, name))
+        if line[0] not in "#=" and line > key:  # zone lines are sorted: it is not there
+            return None
+    f.seek(0)
+    while True:
+        line = f.readline()
+        if not line or line[0] not in "#=":
+            raise ValueError("zone table: rule %s of %s missing" % (want, name))
+        if line.startswith(want):
+            return line[len(want):].strip()
 
 
-def load(name, path=TABLE):
+def load(name, src=TABLE):
     """Parsed Rule of a zone name; ValueError when the name is not in the table."""
-    text = rule_text(name, path)
+    text = rule_text(name, src)
     if text is None:
         raise ValueError("unknown time zone %r" % name)
     return Rule(text)
 
 
-def list_zones(now_utc, path=TABLE):
+def list_zones(now_utc, src=TABLE):
     """Yield (name, utc offset in minutes at now_utc) for every zone of the table, sorted by name."""
     offsets = []  # per rule index: one int, so the walk holds no parsed rules
-    for line in _lines(path):
-        if line[0] == "=":
-            offsets.append(Rule(line[line.find(" ") + 1:]).offset_min(now_utc))
-            continue
-        sp = line.rfind(" ")
-        yield line[:sp], offsets[int(line[sp + 1:])]
+    f, own = _open(src)
+    try:
+        for line in _lines(f):
+            if line[0] == "=":
+                offsets.append(Rule(line[line.find(" ") + 1:]).offset_min(now_utc))
+                continue
+            sp = line.rfind(" ")
+            yield line[:sp], offsets[int(line[sp + 1:])]
+    finally:
+        if own:
+            f.close()
