@@ -6,6 +6,7 @@
 # to minutes. Here only the TCP connect (+ TLS handshake) blocks, bounded by connect_timeout_s;
 # every other step is a non-blocking send/recv_into resumed on the next poll.
 
+import errno
 import os
 
 from adafruit_ticks import ticks_add, ticks_diff, ticks_less
@@ -41,11 +42,12 @@ ERR_MEMORY = const(2011)
 _CONNACK_TEXT = ("accepted", "unacceptable protocol version", "client id rejected", "server unavailable",
                  "bad user name or password", "not authorised")
 
-_EAGAIN = const(11)
+# The errno module's numbers plus lwIP's, which CircuitPython's sockets raise on the ESP32.
+_EAGAIN = errno.EAGAIN
 _ETIMEDOUT_DEV = const(116)   # lwIP's ETIMEDOUT on the device
-_ETIMEDOUT_POSIX = const(110)
+_ETIMEDOUT_POSIX = errno.ETIMEDOUT
 _ENOTCONN_DEV = const(128)    # lwIP's ENOTCONN: non-blocking recv from a closed peer
-_ENOTCONN_POSIX = const(107)
+_ENOTCONN_POSIX = errno.ENOTCONN
 
 _T_CONNACK = const(0x20)
 _T_PUBLISH = const(0x30)

@@ -1,0 +1,505 @@
+"""MqttService against a recording fake socket: exact bytes on the wire, partial sends, the energy guard,
+availability, keepalive, backoff with jitter, settings changes and HA birth messages, on a stepped clock."""
+
+import errno
+import json
+
+import pytest
+
+from core.bus import Bus
+from core.settings import Settings
+from meter.reading import Reading
+from services import ha_discovery as ha
+from services import mqtt as m
+
+DEV = "024d50000001"
+PREFIX = "meterplus/" + DEV
+
+
+class FakeSock:
+    """socketpool.Socket as the device has it: send may take part, EAGAIN when non-blocking and nothing to do."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.sent = bytearray()
+        self.inbox = bytearray()
+        self.timeouts = []
+        self.closed = False
+        self.connected_to = None
+        self.take = pool.take        # bytes accepted per send call (None = all)
+        self.refuse = pool.refuse
+
+    def settimeout(self, t):
+        self.timeouts.append(t)
+
+    def connect(self, addr):
+        if self.refuse:
+            raise OSError(errno.ECONNREFUSED, "ECONNREFUSED")
+        self.connected_to = addr
+
+    def send(self, data):
+        if self.pool.blocked:
+            raise OSError(errno.EAGAIN, "EAGAIN")
+        n = len(data) if self.take is None else min(self.take, len(data))
+        self.sent += bytes(data[:n])
+        return n
+
+    def recv_into(self, buf, n=0):
+        if self.pool.peer_closed:
+            raise OSError(128, "ENOTCONN")
+        if not self.inbox:
+            raise OSError(errno.EAGAIN, "EAGAIN")
+        k = min(len(buf), len(self.inbox))
+        buf[:k] = self.inbox[:k]
+        del self.inbox[:k]
+        return k
+
+    def close(self):
+        self.closed = True
+
+
+class FakePool:
+    AF_INET = 2
+    SOCK_STREAM = 1
+
+    def __init__(self):
+        self.socks = []
+        self.take = None
+        self.refuse = False
+        self.blocked = False
+        self.peer_closed = False
+
+    def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+        if host == "nowhere.invalid":
+            raise OSError(-2, "Name or service not known")
+        return [(2, 1, 0, "", ("10.0.0.9", port))]
+
+    def socket(self, family, type):
+        s = FakeSock(self)
+        self.socks.append(s)
+        return s
+
+    @property
+    def sock(self):
+        return self.socks[-1]
+
+
+def packets(data):
+    """Split a byte stream into MQTT packets: [(header byte, body bytes)]."""
+    out = []
+    i = 0
+    while i < len(data):
+        h = data[i]
+        i += 1
+        n = 0
+        mul = 1
+        while True:
+            b = data[i]
+            i += 1
+            n += (b & 0x7F) * mul
+            mul <<= 7
+            if not b & 0x80:
+                break
+        out.append((h, bytes(data[i:i + n])))
+        i += n
+    return out
+
+
+def publishes(data):
+    """[(topic, payload str, retain)] of the PUBLISH packets in a byte stream."""
+    out = []
+    for h, body in packets(data):
+        if h & 0xF0 == 0x30:
+            tl = (body[0] << 8) | body[1]
+            out.append((body[2:2 + tl].decode(), body[2 + tl:].decode(), bool(h & 1)))
+    return out
+
+
+class Rig:
+    """Service, bus, settings and a stepped clock."""
+
+    def __init__(self, **mqtt):
+        self.pool = FakePool()
+        self.bus = Bus()
+        self.settings = Settings()
+        cfg = {"enable": True, "host": "broker.lan", "port": 1883}
+        cfg.update(mqtt)
+        self.settings.doc["mqtt"].update(cfg)
+        self.rand = [b"\x00\x00"]
+        self.svc = m.MqttService(self.pool, self.bus, self.settings, DEV, web_url=lambda: "http://10.0.0.5/",
+                                 rand=lambda n: self.rand[0])
+        self.now = 1000
+        self.svc.start()
+
+    def step(self, ms=0, polls=1):
+        for _ in range(polls):
+            self.now += ms
+            self.svc.poll(self.now)
+
+    def connack(self, rc=0):
+        self.pool.sock.inbox += bytes((0x20, 2, 0, rc))
+
+    def connect(self):
+        self.step()
+        self.connack()
+        self.step(polls=10)
+
+    def reading(self, values):
+        self.bus.publish("reading", Reading(self.now, values))
+
+
+def test_connect_packet_exact_bytes():
+    pkt = m.connect_packet("cid", "p/status", "offline", "u", "pw", 60)
+    assert pkt == (b"\x10\x29" + b"\x00\x04MQTT\x04" + bytes((0x02 | 0x04 | 0x20 | 0x80 | 0x40,)) + b"\x00\x3c"
+                   + b"\x00\x03cid" + b"\x00\x08p/status" + b"\x00\x07offline" + b"\x00\x01u" + b"\x00\x02pw")
+    # No user: neither user nor password flag (MQTT 3.1.1 forbids a password without a user).
+    pkt = m.connect_packet("c", "t", "offline", "", "pw", 60)
+    assert pkt[9] == 0x26 and pkt.endswith(b"\x00\x07offline")
+
+
+def test_publish_and_subscribe_exact_bytes():
+    assert m.publish_packet("a/b", "1.5", True) == b"\x31\x08\x00\x03a/b1.5"
+    assert m.publish_packet("a/b", "x", False)[0] == 0x30
+    long = m.publish_packet("t", "x" * 200, False)
+    assert long[1:3] == bytes((0x80 | (203 & 0x7F), 203 >> 7))  # remaining length in two bytes
+    assert m.subscribe_packet(1, "homeassistant/status") == b"\x82\x19\x00\x01\x00\x14homeassistant/status\x00"
+
+
+def test_session_sequence_on_the_wire():
+    r = Rig(user="meter", password="s3cret")
+    r.reading({"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1)})
+    r.step()
+    s = r.pool.sock
+    assert s.connected_to == ("10.0.0.9", 1883)
+    assert s.timeouts == [m.MqttService.connect_timeout_s, 0]  # bounded blocking connect, then non-blocking
+    first = packets(s.sent)
+    assert len(first) == 1 and first[0][0] == 0x10 and b"meterplus-" + DEV.encode() in first[0][1]
+    assert r.svc.conn_state == m.CONNECTING
+    r.connack()
+    r.step(polls=10)
+    assert r.svc.conn_state == m.CONNECTED
+    kinds = [h & 0xF0 for h, _ in packets(s.sent)]
+    assert kinds[:3] == [0x10, 0x30, 0x80]  # CONNECT, online, SUBSCRIBE homeassistant/status
+    pubs = publishes(s.sent)
+    assert pubs[0] == (PREFIX + "/status", "online", True)
+    topics = [p[0] for p in pubs]
+    assert topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/import_total")
+    vals = {t: (p, ret) for t, p, ret in pubs}
+    assert vals[PREFIX + "/import_total"] == ("12345.6789", True)
+    assert vals[PREFIX + "/export_total"] == ("5.000", True)
+    assert vals[PREFIX + "/power"] == ("-234.5", True)
+    assert json.loads(vals[PREFIX + "/state"][0]) == {"import_total": 12345.6789, "export_total": 5.0, "power": -234.5}
+    cfg = json.loads(vals["homeassistant/sensor/meterplus_%s/import_total/config" % DEV][0])
+    assert cfg["unique_id"] == "meterplus_%s_import_total" % DEV and cfg["device"]["configuration_url"] == \
+        "http://10.0.0.5/"
+    assert b"s3cret" not in json.dumps(r.svc.status()).encode()
+
+
+def test_partial_sends_reassemble_to_the_same_stream():
+    def run(take):
+        r = Rig()
+        r.pool.take = take
+        r.reading({"1.8.0": (1000, 0), "16.7.0": (5, 0)})
+        r.connect()
+        r.step(polls=400)
+        return bytes(r.pool.sock.sent)
+
+    whole = run(None)
+    assert run(7) == whole and run(1) == whole
+    assert len(publishes(whole)) >= 6
+
+
+def test_blocked_socket_keeps_bytes_and_gives_up_after_the_stall_limit():
+    r = Rig()
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    r.pool.blocked = True
+    r.reading({"1.8.0": (2000, 0)})
+    r.step(ms=10000)
+    assert r.svc.conn_state == m.CONNECTED
+    r.step(ms=m.MqttService.send_stall_ms + 1000)
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_SEND_STALLED
+    assert r.pool.socks[0].closed
+
+
+def test_energy_never_falls_and_zero_is_never_sent():
+    r = Rig(sendInterval=1)
+    r.reading({"1.8.0": (1000, 0), "2.8.0": (50, 0)})
+    r.connect()
+    for wh in ((999, 0), (0, 0), (10005, -1), (9999, -1), (-5, 0), (1001, 0)):
+        r.reading({"1.8.0": wh, "2.8.0": (50, 0)})
+        r.step(ms=1000)
+        r.step(polls=5)
+    sent = [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/import_total"]
+    assert sent == ["1.000", "1.0005", "1.001"]
+    states = [json.loads(p) for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/state"]
+    assert [s.get("import_total") for s in states] == [1.0, None, None, 1.0005, None, None, 1.001]
+    assert r.svc.counters["energy_suppressed"] == 4
+
+
+def test_guard_survives_a_reconnect():
+    r = Rig(sendInterval=1)
+    r.reading({"1.8.0": (5000, 0)})
+    r.connect()
+    r.pool.peer_closed = True
+    r.step(ms=10)
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_CLOSED
+    r.pool.peer_closed = False
+    r.reading({"1.8.0": (4000, 0)})
+    r.step(ms=5000)
+    r.connack()
+    r.step(polls=20)
+    assert r.svc.conn_state == m.CONNECTED
+    assert not [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/import_total"]
+
+
+def test_stale_meter_makes_sensors_unavailable_at_once():
+    r = Rig(sendInterval=60)
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    n = len(r.pool.sock.sent)
+    r.bus.publish("reading", None)
+    r.step(ms=5)
+    assert publishes(r.pool.sock.sent[n:]) == [(PREFIX + "/meter", "offline", True)]
+    n = len(r.pool.sock.sent)
+    r.reading({"1.8.0": (1001, 0)})
+    r.step(ms=5, polls=5)
+    pubs = publishes(r.pool.sock.sent[n:])
+    assert pubs[0] == (PREFIX + "/meter", "online", True)
+    assert (PREFIX + "/import_total", "1.001", True) in pubs  # fresh values right away, not after 60 s
+
+
+def test_no_reading_at_connect_announces_offline_meter():
+    r = Rig()
+    r.connect()
+    assert (PREFIX + "/meter", "offline", True) in publishes(r.pool.sock.sent)
+
+
+def test_ha_birth_republishes_discovery_and_other_topics_are_ignored():
+    r = Rig()
+    r.reading({"1.8.0": (1000, 0), "16.7.0": (5, 0)})
+    r.connect()
+    n = len(r.pool.sock.sent)
+    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "offline", True)
+    r.pool.sock.inbox += m.publish_packet("homeassistant/other", "online", False)
+    r.step(polls=3)
+    assert not publishes(r.pool.sock.sent[n:])
+    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "online", False)
+    r.step(polls=5)
+    topics = [t for t, _, _ in publishes(r.pool.sock.sent[n:])]
+    assert topics == [ha.config_topic("homeassistant", DEV, "1.8.0"), ha.config_topic("homeassistant", DEV, "16.7.0")]
+
+
+def test_keepalive_ping_and_dead_broker_detection():
+    r = Rig()
+    r.connect()
+    n = len(r.pool.sock.sent)
+    r.step(ms=m.MqttService.ping_every_ms)
+    assert bytes(r.pool.sock.sent[n:]).endswith(b"\xc0\x00")
+    r.pool.sock.inbox += b"\xd0\x00"
+    r.step(ms=10)
+    r.step(ms=m.MqttService.ping_timeout_ms + 1)
+    assert r.svc.conn_state == m.CONNECTED  # PINGRESP arrived
+    r.step(ms=m.MqttService.ping_every_ms)
+    r.step(ms=m.MqttService.ping_timeout_ms + 1)
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PING_TIMEOUT
+
+
+def test_connack_timeout_does_not_block_and_backs_off():
+    r = Rig()
+    r.step()
+    assert r.svc.conn_state == m.CONNECTING
+    r.step(ms=m.MqttService.connack_timeout_ms + 1)
+    st = r.svc.status()
+    assert st["state"] == "WAIT_RETRY" and st["last_error"] == m.ERR_CONNACK_TIMEOUT and st["reconnect_attempts"] == 1
+
+
+@pytest.mark.parametrize("rand", [b"\x00\x00", b"\xff\xff"])
+def test_backoff_doubles_to_five_minutes_with_jitter(rand):
+    r = Rig()
+    r.rand[0] = rand
+    r.pool.refuse = True
+    delays = []
+    for _ in range(14):
+        r.step()
+        assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == errno.ECONNREFUSED
+        d = r.svc._retry_at - r.now
+        delays.append(d)
+        r.step(ms=d - 1)
+        assert len(r.pool.socks) == len(delays)  # nothing before the retry time
+        r.now += 1
+    full = [min(1000 << i, 300000) for i in range(14)]
+    if rand == b"\x00\x00":
+        assert delays == [f // 2 for f in full]
+    else:
+        assert delays == full
+    assert r.svc.status()["reconnect_attempts"] == 14
+
+
+def test_refused_credentials_wait_the_longest():
+    r = Rig(user="u", password="bad")
+    r.step()
+    r.connack(5)
+    r.step()
+    st = r.svc.status()
+    assert st["state"] == "WAIT_RETRY" and st["last_error"] == 1005 and "not authorised" in st["last_error_message"]
+    assert r.svc._retry_at - r.now == 150000  # jitter 0 of the 5 minute cap
+
+
+def test_settings_change_reconnects_and_disable_goes_off():
+    r = Rig()
+    r.connect()
+    r.settings.doc["mqtt"]["host"] = "other.lan"
+    r.bus.publish("settings", ["mqtt.host"])
+    r.step()
+    first = r.pool.socks[0]
+    assert first.closed and publishes(first.sent)[-1] == (PREFIX + "/status", "offline", True)
+    assert bytes(first.sent).endswith(b"\xe0\x00")
+    assert len(r.pool.socks) == 2 and r.svc.status()["host"] == "other.lan"
+    r.settings.doc["mqtt"]["enable"] = False
+    r.bus.publish("settings", ["mqtt.enable"])
+    r.step()
+    assert r.svc.status()["state"] == "OFF" and r.pool.socks[1].closed
+
+
+def test_language_change_applies_from_the_next_connection():
+    r = Rig()
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    r.settings.doc["language"]["active"] = "en"
+    r.bus.publish("settings", ["language.active"])
+    r.step(polls=3)
+    assert len(r.pool.socks) == 1  # no reconnect for a language change
+    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "online", False)
+    r.step(polls=5)
+    names = [json.loads(p)["name"] for t, p, _ in publishes(r.pool.sock.sent) if t.endswith("/config")]
+    assert names == ["Bezug gesamt", "Bezug gesamt"]
+    r.pool.peer_closed = True
+    r.step()
+    r.pool.peer_closed = False
+    r.step(ms=5000)
+    r.connack()
+    r.step(polls=10)
+    names = [json.loads(p)["name"] for t, p, _ in publishes(r.pool.sock.sent) if t.endswith("/config")]
+    assert names == ["Import total"]
+
+
+def test_bad_configurations_fail_without_connecting():
+    for cfg, code in (({"host": ""}, m.ERR_NO_HOST), ({"topic_prefix": "a/#"}, m.ERR_CONFIG),
+                      ({"sendInterval": 0}, m.ERR_CONFIG)):
+        r = Rig(**cfg)
+        r.step(ms=1000, polls=3)
+        st = r.svc.status()
+        assert st["state"] == "FAILED" and st["last_error"] == code and not r.pool.socks
+    r = Rig(host="nowhere.invalid")
+    r.step()
+    assert r.svc.status()["last_error"] == m.ERR_DNS and r.svc.status()["state"] == "WAIT_RETRY"
+
+
+def test_disabled_by_default():
+    r = Rig(enable=False)
+    r.step(polls=3)
+    assert r.svc.status() == {"enabled": False, "state": "OFF", "host": "broker.lan", "port": 1883,
+                              "client_id": "meterplus-" + DEV, "use_tls": False, "last_error": 0,
+                              "last_error_message": "", "reconnect_attempts": 0}
+
+
+def test_incoming_garbage_and_oversized_packets():
+    r = Rig()
+    r.connect()
+    big = m.publish_packet("homeassistant/status", "x" * 2000, False)
+    r.pool.sock.inbox += big + b"\xd0\x00"
+    r.step(polls=20)
+    assert r.svc.conn_state == m.CONNECTED and r.svc.counters["rx_skipped"] == 1
+    r.pool.sock.inbox += b"\x30\xff\xff\xff\xff\x01"
+    r.step()
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PROTOCOL
+
+
+def test_stop_leaves_cleanly():
+    r = Rig()
+    r.connect()
+    r.svc.stop()
+    s = r.pool.sock
+    assert s.closed and publishes(s.sent)[-1] == (PREFIX + "/status", "offline", True)
+
+
+def test_service_runs_inside_micropython():
+    """The same session inside MicroPython 1.27: identical bytes on the wire as under CPython."""
+    from tools.mpvm import MicroVM
+
+    script = '''
+import errno
+from core.bus import Bus
+from core.settings import Settings
+from meter.reading import Reading
+from services import mqtt as m
+
+class S:
+    def __init__(self):
+        self.sent = bytearray()
+        self.inbox = bytearray()
+    def settimeout(self, t):
+        pass
+    def connect(self, a):
+        pass
+    def send(self, d):
+        n = min(5, len(d))
+        self.sent.extend(bytes(d[:n]))
+        return n
+    def recv_into(self, b, n=0):
+        if not self.inbox:
+            raise OSError(errno.EAGAIN)
+        k = min(len(b), len(self.inbox))
+        b[:k] = self.inbox[:k]
+        self.inbox = self.inbox[k:]
+        return k
+    def close(self):
+        pass
+
+class P:
+    AF_INET = 2
+    SOCK_STREAM = 1
+    def getaddrinfo(self, h, p, f=0, t=0):
+        return [(2, 1, 0, "", ("10.0.0.9", p))]
+    def socket(self, f, t):
+        self.s = S()
+        return self.s
+
+pool = P()
+bus = Bus()
+st = Settings()
+st.doc["mqtt"]["enable"] = True
+st.doc["mqtt"]["host"] = "broker.lan"
+svc = m.MqttService(pool, bus, st, "024d50000001", web_url=lambda: "http://10.0.0.5/", rand=lambda n: b"\\x00\\x00")
+svc.start()
+bus.publish("reading", Reading(0, {"1.8.0": (123456789, -1), "16.7.0": (-2345, -1)}))
+now = 1000
+svc.poll(now)
+pool.s.inbox.extend(b"\\x20\\x02\\x00\\x00")
+for i in range(300):
+    svc.poll(now)
+for code in ((999, 0),):
+    pass
+print("@@", svc.conn_state, len(pool.s.sent), svc.last_error, svc.last_error_message)
+print("@@", bytes(pool.s.sent).hex())
+'''
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        out, _fuel = vm.run(script)
+    lines = [line[3:] for line in out.splitlines() if line.startswith("@@ ")]
+    assert lines[0].startswith("CONNECTED")
+    vm_bytes = bytes.fromhex(lines[1])
+    r = Rig()
+    r.pool.take = 5
+    r.reading({"1.8.0": (123456789, -1), "16.7.0": (-2345, -1)})
+    r.connect()
+    r.step(polls=300)
+    # Same packets; the discovery JSON's key order may differ between the two interpreters' dicts.
+    vm_pk, cp_pk = packets(vm_bytes), packets(bytes(r.pool.sock.sent))
+    assert [h for h, _ in vm_pk] == [h for h, _ in cp_pk]
+    for (_h, a), (_, b) in zip(vm_pk, cp_pk):
+        if b"/config" in a[:80]:
+            tl = (a[0] << 8) | a[1]
+            assert a[:2 + tl] == b[:2 + tl] and json.loads(a[2 + tl:]) == json.loads(b[2 + tl:])
+        else:
+            assert a == b
