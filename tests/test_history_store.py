@@ -1,0 +1,198 @@
+"""History ring file: layout, wrap-around, and recovery from truncation, random bytes, another format, a missing file."""
+
+import os
+import random
+import struct
+
+import pytest
+
+from services import history_store as hs
+from services.history_store import HR, LR, HistoryStore
+
+
+class ListLog:
+    """core.log.Log's log(level, msg, *args), kept in a list."""
+
+    def __init__(self):
+        self.entries = []
+
+    def log(self, level, msg, *args):
+        self.entries.append((level, msg % args if args else msg))
+
+    def text(self):
+        return "\n".join(m for _l, m in self.entries)
+
+
+def rec(t, day=20000, a=0, c=0):
+    return (0, t, day, 100, 60, hs.F_POWER, a, 5, c, 0)
+
+
+@pytest.fixture
+def drive(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def fill(store, n_hr, n_lr=0, t0=1_700_000_100, d0=0):
+    store.write([rec(t0 + 900 * i, a=10 * i, c=10) for i in range(n_hr)],
+                [rec(1_700_000_000 + 86400 * (d0 + i), day=20000 + d0 + i, a=1000 * i) for i in range(n_lr)])
+
+
+def test_created_file_is_preallocated_with_a_valid_header(drive):
+    log = ListLog()
+    st = HistoryStore(log=log)
+    assert st.open() == "created"
+    assert os.path.getsize("history.bin") == hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE
+    with open("history.bin", "rb") as f:
+        assert hs.parse_header(f.read(hs.HEADER_SIZE)) == (hs.VERSION, hs.REC_SIZE, hs.HR_CAP, hs.LR_CAP)
+    assert "missing" in log.text()
+    assert list(st.records(HR)) == [] and list(st.records(LR)) == []
+
+
+def test_records_survive_reopen_in_order_and_rings_wrap(drive):
+    st = HistoryStore(hr_cap=10, lr_cap=4)
+    st.open()
+    fill(st, 7, 3)
+    fill(st, 8, 3, t0=1_700_000_100 + 7 * 900, d0=3)   # 15 quarter hours into 10 slots; 6 days into 4
+    again = HistoryStore(hr_cap=10, lr_cap=4)
+    assert again.open() == "ok"
+    ts = [r[1] for r in again.records(HR)]
+    assert ts == [1_700_000_100 + 900 * i for i in range(5, 15)]
+    assert [r[0] for r in again.records(HR)] == list(range(6, 16))
+    assert again.hr.next_seq == 16 and again.hr.head == 5
+    assert [r[2] for r in again.records(LR)] == [20002, 20003, 20004, 20005]
+    assert again.hr.last[1] == ts[-1]
+
+
+def test_write_positions_and_record_bytes(drive):
+    st = HistoryStore(hr_cap=4, lr_cap=2)
+    st.open()
+    st.write([rec(1000, a=123456789012345, c=-7)], [])
+    with open("history.bin", "rb") as f:
+        f.seek(hs.HEADER_SIZE)
+        raw = f.read(hs.REC_SIZE)
+    v = struct.unpack(hs.REC_FMT, raw)
+    assert v[:10] == (1, 1000, 20000, 100, 60, hs.F_POWER, 123456789012345, 5, -7, 0)
+    assert hs.unpack(raw, HR)[6] == 123456789012345
+    assert hs.unpack(raw, LR) is None   # the ring is part of the checksum
+
+
+@pytest.mark.parametrize("cut", [0, 10, hs.HEADER_SIZE, hs.HEADER_SIZE + 3 * hs.REC_SIZE + 17,
+                                 hs.HEADER_SIZE + 5 * hs.REC_SIZE])
+def test_truncated_file_keeps_the_records_before_the_cut_and_is_extended(drive, cut):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 6, 1)
+    with open("history.bin", "r+b") as f:
+        f.truncate(cut)
+    log = ListLog()
+    again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
+    status = again.open()
+    assert status == "extended"
+    assert "truncated" in log.text()
+    assert os.path.getsize("history.bin") == again.size
+    whole = max(0, (cut - hs.HEADER_SIZE) // hs.REC_SIZE) if cut >= hs.HEADER_SIZE else 0
+    assert [r[0] for r in again.records(HR)] == list(range(1, whole + 1))
+    # and it carries on recording after what it kept
+    again.write([rec(1_800_000_000)], [])
+    third = HistoryStore(hr_cap=8, lr_cap=2)
+    assert third.open() == "ok"
+    assert [r[1] for r in third.records(HR)][-1] == 1_800_000_000
+
+
+def test_random_bytes_over_the_whole_file(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 6, 1)
+    size = os.path.getsize("history.bin")
+    with open("history.bin", "wb") as f:
+        f.write(random.Random(1).randbytes(size))
+    log = ListLog()
+    again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
+    assert again.open() == "header"
+    assert "header unreadable" in log.text() and "unreadable" in log.text()
+    assert list(again.records(HR)) == [] and again.hr.bad == 8
+    again.write([rec(1_800_000_000)], [])
+    third = HistoryStore(hr_cap=8, lr_cap=2)
+    assert third.open() == "ok"
+    assert [r[1] for r in third.records(HR)] == [1_800_000_000]
+
+
+def test_random_bytes_over_some_records_keep_the_others(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 8, 2)
+    with open("history.bin", "r+b") as f:
+        f.seek(hs.HEADER_SIZE + 2 * hs.REC_SIZE + 5)     # tears records 3 and 4
+        f.write(random.Random(2).randbytes(hs.REC_SIZE))
+    log = ListLog()
+    again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
+    assert again.open() == "ok"
+    assert [r[0] for r in again.records(HR)] == [1, 2, 5, 6, 7, 8]
+    assert again.hr.bad == 2 and "2 HighRes" in log.text()
+    assert len(list(again.records(LR))) == 2
+
+
+def test_newest_records_torn_mid_flush_resume_after_the_last_good_one(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 5)
+    with open("history.bin", "r+b") as f:          # half of record 5 written, as a cut in a flush leaves it
+        f.seek(hs.HEADER_SIZE + 4 * hs.REC_SIZE + hs.REC_SIZE // 2)
+        f.write(b"\xff" * (hs.REC_SIZE // 2))
+    again = HistoryStore(hr_cap=8, lr_cap=2)
+    again.open()
+    assert [r[0] for r in again.records(HR)] == [1, 2, 3, 4]
+    assert again.hr.head == 4 and again.hr.next_seq == 5
+    again.write([rec(1_800_000_000)], [])
+    assert [r[1] for r in again.records(HR)][-1] == 1_800_000_000
+
+
+def test_an_older_format_is_kept_aside_and_a_new_file_started(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 3)
+    old = bytearray(hs.HEADER_SIZE)
+    struct.pack_into("<4sHHHH", old, 0, hs.MAGIC, 0, 40, 8, 2)   # a v0 file with 40-byte records
+    struct.pack_into("<I", old, hs.HEADER_SIZE - 4, __import__("binascii").crc32(bytes(old[:-4])))
+    with open("history.bin", "r+b") as f:
+        f.write(old)
+    before = open("history.bin", "rb").read()
+    log = ListLog()
+    again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
+    assert again.open() == "replaced"
+    assert "format v0" in log.text()
+    assert open("history.bin.v0", "rb").read() == before     # nothing of it is destroyed
+    assert list(again.records(HR)) == []
+    again.write([rec(1_800_000_000)], [])
+    assert HistoryStore(hr_cap=8, lr_cap=2).open() == "ok"
+
+
+def test_other_ring_sizes_in_the_header_are_treated_as_damage_not_trusted(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    with open("history.bin", "r+b") as f:
+        f.write(hs.header_bytes(9, 2))
+    again = HistoryStore(hr_cap=8, lr_cap=2)
+    assert again.open() == "header"
+    with open("history.bin", "rb") as f:
+        assert hs.parse_header(f.read(hs.HEADER_SIZE))[2:] == (8, 2)
+
+
+def test_serializer_json_shapes(drive):
+    import json
+
+    day = 20000
+    t = day * 86400 - 3600
+    hr = [(0, t + 900 * i, day, 1234, 60, hs.F_POWER, 123456789 + 2500 * i, 0, 2500, 0) for i in range(3)]
+    body = json.loads("".join(hs.high_res_json([hr], day)))
+    assert body["start"] == hs.date_str(day) and body["days"] == 1 and body["count"] == 3
+    assert body["items"][0] == {"date": hs.date_str(day) + "T00:00", "timestamp": t,
+                                "import_total_kWh": 12345.6789, "export_total_kWh": 0.0,
+                                "import_kW": 0.25, "export_kW": 0.0, "power_W": 1234}
+    assert body["import_total_kWh"] == 0.75
+    lr = [(0, t, day, 96, 60, hs.F_NO_EXPORT, 10000, 0, 65000, 0)]
+    body = json.loads("".join(hs.low_res_json([lr], day - 1, 3)))
+    assert body["items"] == [{"date": hs.date_str(day), "timestamp": t, "import_total_kWh": 1.0,
+                              "import_kWh": 6.5}]
+    assert json.loads("".join(hs.low_res_json([lr], day + 1, 2)))["items"] == []
