@@ -34,7 +34,7 @@ def free_port():
 class Harness:
     """The server polled in a thread as the supervisor would; the clock can be pushed forward."""
 
-    def __init__(self, enable=True, model=203):
+    def __init__(self, enable=True, model=203, thread=True):
         self.bus = Bus()
         self.settings = Settings()
         self.settings.doc["modbus"]["enable"] = enable
@@ -48,7 +48,8 @@ class Harness:
         self.error = None
         self.server.start()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        if thread:
+            self._thread.start()
 
     def _loop(self):
         while self._run:
@@ -80,7 +81,8 @@ class Harness:
 
     def close(self):
         self._run = False
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
         self.server.stop()
 
 
@@ -397,3 +399,42 @@ def test_status_shape(srv):
     assert (st["enabled"], st["running"], st["port"]) == (True, True, srv.port)
     w = [r for r in st["registers"] if r["name"] == "W"][0]
     assert (w["register"], w["value"], w["raw"], w["scale_register"]) == (40088, -1234.0, -1234, 40092)
+
+
+def test_one_transaction_per_client_per_poll():
+    h = Harness(thread=False)
+    try:
+        s = raw(h)
+        s.sendall(read_req(1, BASE, 1) + read_req(2, BASE, 1) + read_req(3, BASE, 1))
+        time.sleep(0.05)
+        s.setblocking(False)
+        h.server.poll(ticks_ms())          # accepts and answers the first request only
+        time.sleep(0.05)
+        assert len(s.recv(1000)) == 11
+        for tid in (2, 3):
+            h.server.poll(ticks_ms())
+            time.sleep(0.05)
+            assert s.recv(1000)[:2] == struct.pack(">H", tid)
+        h.server.poll(ticks_ms())
+        with pytest.raises(BlockingIOError):
+            s.recv(1000)
+        s.close()
+    finally:
+        h.close()
+    assert socketpool.open_count() == 0
+
+
+def test_ct_ratio_change_rebuilds_the_map_and_keeps_clients(srv):
+    c = client(srv)
+    try:
+        sf = c.read_holding_registers(BASE + 124, count=1).registers[0]
+        assert sf == 0
+        srv.settings.doc["ctRatio"] = 100
+        srv.bus.publish("settings", ["ctRatio"])
+        srv.settle()
+        rr = c.read_holding_registers(BASE + 116, count=9)   # TotWhImp .. TotWh_SF over the same connection
+        assert not rr.isError()
+        assert rr.registers[8] == 2
+        assert (rr.registers[0] << 16 | rr.registers[1]) == 123457   # 12 345 678.9 Wh in 100 Wh
+    finally:
+        c.close()

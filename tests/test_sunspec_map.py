@@ -82,7 +82,7 @@ def test_layout_matches_pysunspec2_definitions(model):
     end = meter_at + meter_len
     assert struct.unpack(">HH", regs(m, end, 2)) == (0xFFFF, 0)
     assert m.nregs == end + 2 - BASE
-    for name, _src, _unit, group, off203, off213 in POINTS:
+    for name, _src, _unit, _group, off203, off213 in POINTS:
         assert meter[name][0] == (off203 if model == 203 else off213), name
     if model == 203:
         for name, off, _pref in SF_GROUPS:
