@@ -18,7 +18,8 @@ class IrHead(Module):
     mode: "sml" (9600 8N1), "d0" (9600 7E1 push), "auto" (both; 7E1 read as 8N1 is recognised too) or
     "pull" (300 baud 7E1 mode C: request, acknowledge, switch baud rate, read, back to 300).
     sink gets the framer's bytearray with the telegram at buf[0:n] (fmt meter.framer.SML or D0), valid only
-    during the call; the decoder may collapse escapes in place there.
+    during the call; the decoder may collapse escapes in place there. A sink returning False (did not
+    decode) makes the framer look for a start escape inside that telegram.
     """
 
     name = "ir_head"
@@ -105,10 +106,13 @@ class IrHead(Module):
             sink = self.sink
             if sink is not None:
                 try:
-                    sink(fr.buf, fr.telegram_len(), fmt, now_ms)
+                    ok = sink(fr.buf, fr.telegram_len(), fmt, now_ms)
                 except Exception as exc:  # a consumer bug must not stop framing
                     self.count("sink_errors")
                     self.last_error = repr(exc)
+                    ok = True
+                if ok is False:
+                    fr.reject()  # a damaged telegram may hide the next one's start
 
     def _keep_raw(self, src, at, k):
         """Copy src[at:at+k] into the raw ring (two pieces when it wraps)."""

@@ -67,6 +67,23 @@ class Framer:
         """The telegram returned by the last next(), as a memoryview (valid until the next call)."""
         return self._mv[:self._done]
 
+    def reject(self):
+        """The telegram handed out did not decode: resume at a start inside it, or keep its last 7 bytes.
+
+        A telegram cut short swallows the next one's start escape (as escaped data, or inside its 3-byte
+        trailer); hunting again there recovers the next telegram instead of losing it too.
+        """
+        done = self._done
+        if not done:
+            return
+        self._done = 0
+        s = self.buf.find(_START, 1, self.n)
+        if 0 < s < done:
+            self._drop(s)
+        else:
+            self._drop(done - 7 if done > 7 else 1)
+        self.resyncs += 1
+
     def discard(self, k):
         """Throw away the first k bytes held (a line the caller consumed itself)."""
         self._release()

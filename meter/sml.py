@@ -126,9 +126,11 @@ def unescape(b, start, end):
     return end
 
 
-def decode_frame(b, n, out, dzg=False):
+def decode_frame(b, n, out, dzg=False, crc=None):
     """Decode the transport frame b[0:n] (a bytearray; escapes are collapsed in place) into out; True on success.
 
+    crc: None tries X.25, then KERMIT; "x25" or "kermit" accepts only that one. Callers that know their
+    meter should pin it: every extra CRC accepted is another chance for a damaged frame to pass.
     The CRC loop is inlined and the message walk is one function: on MicroPython every call whose frame
     exceeds a few words allocates that frame on the heap, and the budget is 512 bytes per telegram.
     """
@@ -137,14 +139,15 @@ def decode_frame(b, n, out, dzg=False):
         out.error = E_FRAME if n >= 16 else E_SHORT
         return False
     t = _T
-    crc = 0xFFFF
+    c = 0xFFFF
     for i in range(n - 2):
-        crc = (crc >> 8) ^ t[(crc ^ b[i]) & 0xFF]
-    if crc ^ 0xFFFF == b[n - 2] | (b[n - 1] << 8):  # X.25 travels low byte first
+        c = (c >> 8) ^ t[(c ^ b[i]) & 0xFF]
+    if c ^ 0xFFFF == b[n - 2] | (b[n - 1] << 8) and crc != "kermit":  # X.25 travels low byte first
         out.crc = "x25"
     else:
-        out.crc = check_frame(b, n)
-        if out.crc is None:
+        out.crc = check_frame(b, n) if crc != "x25" else None
+        if out.crc is None or (crc is not None and out.crc != crc):
+            out.crc = None
             out.error = E_CRC
             return False
     fill = b[n - 3]

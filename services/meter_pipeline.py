@@ -59,6 +59,7 @@ class MeterPipeline(Module):
         self._filters = {}
         self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
         self._server_id = None
+        self._crc_mode = None      # CRC kind latched from the first good telegram until the meter goes stale
         self._last_ok_ms = None
         self._start_ms = None
         self._implausible_run = 0
@@ -118,6 +119,7 @@ class MeterPipeline(Module):
         self.stale = True
         self.state = WARN
         self._filters = {}  # a gap breaks the window: no old sample may leak into new readings
+        self._crc_mode = None
         self.bus.publish("reading", None)
         if self.led is not None:
             self.led.set("ERROR", True)
@@ -155,18 +157,25 @@ class MeterPipeline(Module):
     # --- telegrams ---
 
     def on_telegram(self, buf, n, fmt, now_ms):
-        """Sink of the IR head: buf[0:n] is one whole telegram (SML or D0); decode and publish or count."""
+        """Sink of the IR head: buf[0:n] is one whole telegram (SML or D0); decode and publish or count.
+
+        Returns False when the telegram did not decode (the framer then resynchronises inside it)."""
         res = self._res
         if fmt == SML:
-            ok = decode_frame(buf, n, res, self.dzg)
+            ok = decode_frame(buf, n, res, self.dzg, self._crc_mode)
         else:
             ok = decode_d0(buf, n, res)
         if not ok:
             self.count("crc_errors" if res.error == E_CRC else "decode_errors")
             self.last_error = res.error
             self._publish_health(now_ms)
-            return None
-        return self.accept(res.values(), res.server_id(), "sml" if fmt == SML else "d0", now_ms, res.crc)
+            return False
+        reading = self.accept(res.values(), res.server_id(), "sml" if fmt == SML else "d0", now_ms, res.crc)
+        if reading is not None and fmt == SML:
+            # Accepting both CRC kinds doubles the chance that a damaged frame passes: once the meter has
+            # shown which one it uses, only that one counts (until it goes stale).
+            self._crc_mode = res.crc
+        return True
 
     def accept(self, values, server_id, source, now_ms, crc=None):
         """Check, filter, scale and publish one decoded telegram; return the Reading or None when rejected."""

@@ -242,3 +242,25 @@ def test_pull_mode_timeout_returns_to_base_rate():
     head.poll(0)
     head.poll(6000)
     assert head.counters["pull_timeouts"] == 1 and uart.baudrate == 300
+
+
+def test_a_telegram_cut_before_its_end_does_not_take_the_next_one_with_it():
+    from meter.sml import SmlResult, decode_frame
+
+    tele = cap("iskra-mt631-1.hex")
+    res = SmlResult()
+    for cut in (len(tele) - 4, len(tele) - 3, len(tele) - 2, len(tele) - 1):
+        uart = FakeUart()
+        head = IrHead(uart, "sml")
+        good = []
+
+        def sink(buf, n, fmt, now):
+            ok = decode_frame(buf, n, res, crc="x25")
+            if ok:
+                good.append(res.values()["1.8.0"])
+            return ok
+
+        head.sink = sink
+        uart.rx += tele[:cut] + tele
+        head.poll(0)
+        assert good == [(20431047, -1)], cut

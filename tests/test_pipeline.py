@@ -281,3 +281,25 @@ def test_health_and_describe():
     assert h["last_telegram_ms"] == rig.clock() and h["format"] == "sml" and h["crc"] == "x25"
     d = rig.pipe.describe()
     assert d["stale"] is False and d["median"] == 5 and d["ct_ratio"] == 1.0
+
+
+def _kermit(frame):
+    from meter.crc import crc16_kermit
+
+    b = bytearray(frame)
+    k = crc16_kermit(b, 0, len(b) - 2)
+    b[-2], b[-1] = k & 0xFF, k >> 8
+    return bytes(b)
+
+
+def test_crc_kind_is_latched_from_the_first_good_telegram_until_stale():
+    rig = Rig(medianFilterSize=0)
+    rig.send(telegram(1000, 200))  # X.25
+    rig.send(_kermit(telegram(1001, 200)))  # a KERMIT frame now counts as damaged
+    assert rig.pipe.counters["crc_errors"] == 1 and len(rig.drain()) == 1
+    rig.idle(11000)  # stale: the meter may have been exchanged
+    rig.send(_kermit(telegram(1002, 200)))
+    (r,) = [x for x in rig.drain() if x is not None]
+    assert r.values["1.8.0"] == (1002, -1) and rig.pipe.health()["crc"] == "kermit"
+    rig.send(telegram(1003, 200))  # now X.25 is the stranger
+    assert rig.pipe.counters["crc_errors"] == 2
