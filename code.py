@@ -91,6 +91,13 @@ def build():
     # --- end clock ---
 
     # --- history ---
+    from services import routes_history
+    from services.history import History
+    from services.history_store import HistoryStore
+
+    app.history = sup.add(History(bus, app.clock, settings, HistoryStore("history.bin", log=log), log=log))
+    flushables.append(app.history)
+    routes.append(routes_history)
     # --- end history ---
 
     # --- api: routes, auth, settings ---
