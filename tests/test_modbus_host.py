@@ -1,8 +1,10 @@
 """The Modbus server in the whole firmware on the host runtime, driven by pysunspec2, pymodbus and aio-wattwaechter."""
 
 import asyncio
+import json
 import socket
 import struct
+import urllib.request
 
 import pytest
 import sunspec2.modbus.client as ss_client
@@ -128,3 +130,36 @@ def test_three_clients_third_refused_bad_frame_harms_nothing(host):
     finally:
         a.close()
         b.close()
+
+
+def test_enable_and_disable_by_settings_post(tmp_path):
+    """Disabled by default (no socket); a settings POST opens and closes the server without a restart."""
+    h = HostProcess(tmp_path / "drive").start()
+
+    def post(doc):
+        req = urllib.request.Request(h.url + "/api/v1/settings", data=json.dumps(doc).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    def refused():
+        try:
+            socket.create_connection(("127.0.0.1", h.modbus_port), timeout=1).close()
+            return False
+        except OSError:
+            return True
+
+    try:
+        st = h.get("/api/v1/modbus/status")[1]
+        assert (st["enabled"], st["running"]) == (False, False) and refused()
+        assert "modbus.enable" in post({"modbus": {"enable": True, "model": 213}})["changed"]
+        h.wait_for(lambda: h.get("/api/v1/modbus/status")[1]["running"])
+        dev = device(h)
+        dev.scan()
+        assert 213 in dev.models
+        dev.close()
+        post({"modbus": {"enable": False}})
+        h.wait_for(lambda: not h.get("/api/v1/modbus/status")[1]["running"])
+        assert refused()
+    finally:
+        h.stop()
