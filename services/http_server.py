@@ -5,7 +5,7 @@ import json
 
 import adafruit_httpserver
 from adafruit_httpserver import ChunkedResponse, JSONResponse, Request, Server
-from adafruit_ticks import ticks_add, ticks_less, ticks_ms
+from adafruit_ticks import ticks_add, ticks_diff, ticks_less, ticks_ms
 
 try:
     from micropython import const
@@ -111,7 +111,8 @@ def _unquote(text):
 class _Conn:
     """One accepted client: bytes received, deadline, pending output; Response objects write into it (send/close)."""
 
-    def __init__(self, sock, addr, deadline):
+    def __init__(self, sock, addr, now, deadline):
+        self.progress = now     # last time a byte moved in either direction
         self.sock = sock
         self.addr = addr
         self.buf = bytearray()
@@ -152,7 +153,9 @@ class HardenedServer(Server):
     max_connections = 2        # 8 sockets in the system: HTTP listen + 2 clients, Modbus 3, MQTT, NTP
     recv_deadline_ms = 250     # the whole request (head and body) must arrive within this after accept
     send_deadline_ms = 10000   # the whole answer must be taken by the client within this
-    drain_ms = 250             # after an early answer (413, 408), discard input this long before closing
+    drain_ms = 250             # after an early answer (413, 431, 400), discard input this long before closing
+    stall_ms = 100             # a connection that moved no byte this long may be replaced by a waiting client
+    send_stall_ms = 1000       # a client that takes no byte of its answer this long is dropped
     max_head_bytes = 2048
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
@@ -188,20 +191,7 @@ class HardenedServer(Server):
     def poll(self):
         """Accept what fits, advance every connection by one non-blocking step; never raises, never waits."""
         now = self._ticks()
-        while len(self._conns) < self.max_connections:
-            try:
-                sock, addr = self._sock.accept()
-            except OSError as exc:
-                if exc.errno != errno.EAGAIN:
-                    self._count("accept_errors")  # e.g. out of sockets: the client stays in the backlog or is refused
-                break
-            try:
-                sock.setblocking(False)
-            except OSError:
-                self._safe_close(sock)
-                continue
-            self._conns.append(_Conn(sock, addr, ticks_add(now, self.recv_deadline_ms)))
-            self._count("accepted")
+        self._accept(now)
         keep = []
         for c in self._conns:
             try:
@@ -224,6 +214,45 @@ class HardenedServer(Server):
                         if self._log is not None:
                             self._log.error("http after_sent: %s %s", type(exc).__name__, exc)
         self._conns = keep
+
+    def _stalled(self, now):
+        """The connection that moved no byte for the longest time, if that is at least stall_ms; else None."""
+        worst = None
+        for c in self._conns:
+            idle = ticks_diff(now, c.progress)
+            if idle >= self.stall_ms and (worst is None or idle > ticks_diff(now, worst.progress)):
+                worst = c
+        return worst
+
+    def _accept(self, now):
+        """Take new clients while a slot is free; when all are taken, a waiting client replaces a stalled one.
+
+        Slow-loris clients, half bodies and clients that do not read would otherwise hold the few slots until
+        their deadlines while a real request waits in the backlog; a connection that keeps moving bytes (a
+        history stream being read) is never replaced.
+        """
+        while True:
+            full = len(self._conns) >= self.max_connections
+            if full and self._stalled(now) is None:
+                return
+            try:
+                sock, addr = self._sock.accept()
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    self._count("accept_errors")  # e.g. out of sockets: the client is refused or stays queued
+                return
+            if full:
+                victim = self._stalled(now)
+                self._conns.remove(victim)
+                self._close(victim)
+                self._count("evicted")
+            try:
+                sock.setblocking(False)
+            except OSError:
+                self._safe_close(sock)
+                continue
+            self._conns.append(_Conn(sock, addr, now, ticks_add(now, self.recv_deadline_ms)))
+            self._count("accepted")
 
     # --- one connection ---
 
@@ -261,6 +290,7 @@ class HardenedServer(Server):
                 self._count("peer_closed")
                 return False
             budget -= n
+            c.progress = now
             c.buf.extend(memoryview(buf)[:n])
             if c.head_end < 0:
                 start = len(c.buf) - n - 3
@@ -335,6 +365,7 @@ class HardenedServer(Server):
     def _start_answer(self, c, response, now):
         """Render the response into the connection's output (a ChunkedResponse only its head: chunks follow)."""
         c.phase = _SEND
+        c.progress = now
         c.deadline = ticks_add(now, self.send_deadline_ms)
         if response is None:
             response = error_response(c.request, 500, "Handler gave no answer")
@@ -360,21 +391,27 @@ class HardenedServer(Server):
         c.out = bytearray()
         self._render_error(c, code, message)
         c.phase = _SEND
+        c.progress = now
         c.deadline = ticks_add(now, self.send_deadline_ms)
-        if code in (413, 431, 408, 400, 411):
-            c.drain_left = max(c.drain_left, 1)  # there may be unread input: drain it before closing
+        if code != 408:  # a fast client may still be sending: drain it before closing (a slow one is not worth it)
+            c.drain_left = max(c.drain_left, 1)
 
     def _render_error(self, c, code, message):
         response = error_response(c.request, code, message)
         self._set_default_server_headers(response)
         response._send()
 
-    def _raw_send(self, c, data):
-        c.out.extend(data)
+    @staticmethod
+    def _raw_send(c, data):
+        """Send a short interim line now (25 bytes always fit an empty send buffer; if not, the client goes on)."""
+        try:
+            c.sock.send(data)
+        except OSError:
+            pass
 
     def _send(self, c, now):
         """Push pending output without blocking; refill from a chunk stream; False once everything went out."""
-        if not ticks_less(now, c.deadline):
+        if not ticks_less(now, c.deadline) or ticks_diff(now, c.progress) >= self.send_stall_ms:
             self._count("send_timeouts")
             return False
         while True:
@@ -399,6 +436,7 @@ class HardenedServer(Server):
                 raise
             if not n:
                 return True
+            c.progress = now
             c.sent += n
         if c.chunks is not None:
             return True

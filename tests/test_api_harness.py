@@ -1,0 +1,78 @@
+"""Shared helpers of the API tests (no tests here): a host runtime with a tunable rate limit, raw socket clients."""
+
+import os
+import socket
+import time
+
+from tests.hostproc import ROOT, HostProcess
+
+
+def start_host(tmp_path_factory, name, rate_limit=100000, settings=None):
+    """A running `python -m host` on a fresh drive; settings.toml raises the rate limit unless told otherwise."""
+    state = tmp_path_factory.mktemp(name)
+    with open(os.path.join(ROOT, "settings.toml")) as f:
+        toml = f.read()
+    with open(os.path.join(str(state), "settings.toml"), "w") as f:
+        f.write(toml + "\nMETERPLUS_API_RATE_LIMIT = %d\n" % rate_limit)
+    return HostProcess(state, settings=settings).start()
+
+
+def raw(port, data, timeout=5.0, shut=False):
+    """Send raw bytes, read until the server closes; the whole answer as bytes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        if data:
+            s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                got = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not got:
+                break
+            out += got
+        return out
+    finally:
+        s.close()
+
+
+def status_of(answer):
+    """Status code of a raw HTTP answer (0 when there is none)."""
+    if not answer.startswith(b"HTTP/1.1 "):
+        return 0
+    return int(answer[9:12])
+
+
+def body_of(answer):
+    """Body bytes of a raw answer, chunked transfer decoded."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" not in head.lower():
+        return body
+    out = b""
+    while body:
+        line, _, rest = body.partition(b"\r\n")
+        n = int(line, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        body = rest[n + 2:]
+    return out
+
+
+def header_of(answer, name):
+    head = answer.partition(b"\r\n\r\n")[0].decode("latin-1")
+    for line in head.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == name.lower():
+            return v.strip()
+    return None
+
+
+def timed_get(port, path="/api/v1/system/alive", timeout=5.0):
+    """(seconds, status) of one GET over a fresh connection."""
+    t0 = time.monotonic()
+    answer = raw(port, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode(), timeout=timeout)
+    return time.monotonic() - t0, status_of(answer)
