@@ -15,6 +15,24 @@ MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
 
 
+def device_ssl():
+    """host/cp/ssl.py, the CircuitPython ssl stand-in (pytest may have imported CPython's ssl before conftest
+    put host/cp on sys.path, so it is loaded by path when needed)."""
+    import importlib.util
+    import sys
+
+    mod = sys.modules.get("ssl")
+    if mod is not None and hasattr(mod, "MBEDTLS_ERR_X509_CERT_VERIFY_FAILED"):
+        return mod
+    if "_cp_ssl" not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "host", "cp", "ssl.py")
+        spec = importlib.util.spec_from_file_location("_cp_ssl", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["_cp_ssl"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["_cp_ssl"]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -153,8 +171,9 @@ class Subscriber:
         with self._lock:
             return list(self.messages)
 
-    def wait_for(self, pred, timeout=15.0, what="a message"):
-        """The first recorded message with pred(topic, payload) true, waiting up to timeout."""
+    def wait_for(self, pred, timeout=15.0, what="a message", idle=None):
+        """The first recorded message with pred(topic, payload) true, waiting up to timeout; idle() runs while
+        waiting (an in-process device's poll), else it sleeps."""
         end = time.monotonic() + timeout
         seen = 0
         while time.monotonic() < end:
@@ -163,7 +182,10 @@ class Subscriber:
                 if pred(m[0], m[1]):
                     return m
             seen = len(msgs)
-            time.sleep(0.02)
+            if idle is not None:
+                idle()
+            else:
+                time.sleep(0.02)
         raise AssertionError("timed out waiting for %s; got %r" % (what, [(m[0], m[1][:80]) for m in msgs[-20:]]))
 
     def publish(self, topic, payload, retain=False):

@@ -17,16 +17,21 @@ _HERE = _os.path.dirname(_os.path.abspath(__file__))
 
 
 def _load_real_ssl():
+    prev = _sys.modules.get("ssl")
+    if prev is not None and getattr(prev, "__file__", None) != __file__:
+        return prev  # CPython's ssl was imported before this folder came onto sys.path (tests load us by path)
     path = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE]
     spec = _machinery.PathFinder.find_spec("ssl", path)
     mod = _util.module_from_spec(spec)
-    me = _sys.modules[__name__]
-    # The real ssl registers its enums through sys.modules[__name__]: let it see itself while it runs.
-    _sys.modules[spec.name] = mod
+    # The real ssl registers its enums through sys.modules["ssl"]: let it see itself while it runs.
+    _sys.modules["ssl"] = mod
     try:
         spec.loader.exec_module(mod)
     finally:
-        _sys.modules[__name__] = me
+        if prev is not None:
+            _sys.modules["ssl"] = prev
+        else:
+            del _sys.modules["ssl"]
     return mod
 
 

@@ -1,0 +1,215 @@
+"""MqttService over the socketpool/ssl stand-ins against a real mosquitto, checked by a paho-mqtt subscriber:
+topics, retained discovery, TLS with a CA made here (openssl CLI), broker restart, black-holed broker, refused
+credentials and that no falling energy value reaches the broker."""
+
+import json
+import time
+
+import pytest
+import socketpool
+import wifi
+from adafruit_ticks import ticks_ms
+
+from core.bus import Bus
+from core.settings import Settings
+from meter.reading import Reading
+from services import mqtt as m
+from services.mqtt_ca import CaStore
+from tests.mqtt_peers import Broker, Subscriber, device_ssl, make_ca
+
+DEV = "024d50000001"
+PREFIX = "meterplus/" + DEV
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_ca(str(tmp_path_factory.mktemp("ca")))
+
+
+@pytest.fixture
+def broker(tmp_path, certs):
+    b = Broker(str(tmp_path / "broker"), tls=certs).start()
+    yield b
+    b.stop()
+
+
+class Device:
+    """The service as code.py builds it, polled from the test thread."""
+
+    def __init__(self, tmp_path, **mqtt):
+        self.bus = Bus()
+        self.settings = Settings()
+        self.settings.doc["mqtt"].update(enable=True, host="127.0.0.1")
+        self.settings.doc["mqtt"].update(mqtt)
+        self.ca = CaStore(str(tmp_path / "mqtt_ca.pem"))
+        self.svc = m.MqttService(socketpool.SocketPool(wifi.radio), self.bus, self.settings, DEV,
+                                 ssl_context=device_ssl().create_default_context, ca_store=self.ca,
+                                 web_url=lambda: "http://127.0.0.1:8080/")
+        self.svc.start()
+
+    def run(self, seconds=0.0, until=None, timeout=15.0):
+        """Poll every 2 ms for seconds, or until until() is true (AssertionError after timeout)."""
+        end = time.monotonic() + (seconds or timeout)
+        while time.monotonic() < end:
+            self.svc.poll(ticks_ms())
+            if until is not None and until():
+                return
+            time.sleep(0.002)
+        if until is not None:
+            raise AssertionError("condition not met; status %r" % self.svc.status())
+
+    def tick(self):
+        """One poll and a 2 ms pause (the cooperative loop's rhythm)."""
+        self.svc.poll(ticks_ms())
+        time.sleep(0.002)
+
+    def connected(self):
+        return self.svc.conn_state == m.CONNECTED
+
+    def reading(self, values):
+        self.bus.publish("reading", Reading(ticks_ms(), values))
+
+    def close(self):
+        self.svc.stop()
+
+
+@pytest.fixture
+def device(tmp_path):
+    made = []
+
+    def make(**mqtt):
+        d = Device(tmp_path, **mqtt)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+    assert socketpool.open_count() == 0
+
+
+def test_topics_values_and_retained_discovery(broker, device):
+    sub = Subscriber(broker.port, topics=(PREFIX + "/#",))
+    dev = device(port=broker.port, sendInterval=1)
+    dev.reading({"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1), "32.7.0": (2301, -1)})
+    dev.run(until=dev.connected)
+    msg = sub.wait_for(lambda t, p: t == PREFIX + "/state", idle=dev.tick)
+    assert json.loads(msg[1]) == {"import_total": 12345.6789, "export_total": 5.0, "power": -234.5,
+                                  "voltage_l1": 230.1}
+    dev.run(0.3)
+    # A late subscriber (Home Assistant starting later) gets everything from the broker's retained store.
+    late = Subscriber(broker.port, topics=("homeassistant/#", PREFIX + "/#"), client_id="late")
+    dev.run(0.5)
+    got = {t: (p, r) for t, p, r, _ in late.snapshot()}
+    assert got[PREFIX + "/status"] == (b"online", True)
+    assert got[PREFIX + "/meter"] == (b"online", True)
+    assert got[PREFIX + "/import_total"] == (b"12345.6789", True)
+    assert got[PREFIX + "/power"] == (b"-234.5", True)
+    configs = {t: json.loads(p) for t, (p, r) in got.items() if t.startswith("homeassistant/") and r}
+    assert sorted(configs) == sorted("homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k)
+                                     for k in ("import_total", "export_total", "power", "voltage_l1"))
+    imp = configs["homeassistant/sensor/meterplus_%s/import_total/config" % DEV]
+    assert (imp["device_class"], imp["state_class"], imp["unit_of_measurement"]) == ("energy", "total_increasing",
+                                                                                     "kWh")
+    assert imp["state_topic"] == PREFIX + "/import_total" and imp["device"]["identifiers"] == ["meterplus_" + DEV]
+    volt = configs["homeassistant/sensor/meterplus_%s/voltage_l1/config" % DEV]
+    assert (volt["device_class"], volt["unit_of_measurement"]) == ("voltage", "V")
+    # Home Assistant announces itself: every config is sent again.
+    n = len(late.snapshot())
+    sub.publish("homeassistant/status", "online")
+    dev.run(0.5)
+    again = [t for t, _, _, _ in late.snapshot()[n:] if t.endswith("/config")]
+    assert sorted(again) == sorted(configs)
+    # Stale meter: sensors unavailable at once.
+    dev.bus.publish("reading", None)
+    late.wait_for(lambda t, p: t == PREFIX + "/meter" and p == b"offline", timeout=5, idle=dev.tick)
+    sub.close()
+    late.close()
+
+
+def test_no_falling_energy_reaches_the_broker(broker, device):
+    sub = Subscriber(broker.port, topics=(PREFIX + "/import_total", PREFIX + "/state"))
+    dev = device(port=broker.port, sendInterval=1)
+    seq = [(1000, 0), (999, 0), (0, 0), (10004, -1), (1000, 0), (1002, 0), (-1, 0), (1003, 0)]
+    dev.reading({"1.8.0": seq[0]})
+    dev.run(until=dev.connected)
+    for v in seq:
+        dev.reading({"1.8.0": v})
+        dev.run(1.05)
+    values = [float(p) for t, p, _, _ in sub.snapshot() if t == PREFIX + "/import_total"]
+    assert values == sorted(values) and values[0] == 1.0 and values[-1] == 1.003 and 0.999 not in values
+    states = [json.loads(p).get("import_total") for t, p, _, _ in sub.snapshot() if t == PREFIX + "/state"]
+    present = [s for s in states if s is not None]
+    assert present == sorted(present) and min(present) > 0
+    sub.close()
+
+
+def test_tls_with_the_custom_ca(broker, device, certs):
+    sub = Subscriber(None, topics=(PREFIX + "/#",), tls_ca=certs["ca.crt"], tls_port=broker.tls_port)
+    # Without the custom CA the built-in bundle does not know the test CA: verification fails, retry later.
+    dev = device(host="localhost", port=broker.tls_port, use_tls=True)
+    dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+    st = dev.svc.status()
+    assert st["last_error"] < 0 and "verif" in st["last_error_message"].lower() and st["reconnect_attempts"] == 1
+    dev.ca.save(open(certs["ca.crt"]).read())
+    dev.svc.ca_changed()
+    dev.reading({"1.8.0": (42, 0)})
+    dev.run(until=dev.connected)
+    assert dev.svc.status()["use_tls"] is True
+    sub.wait_for(lambda t, p: t == PREFIX + "/import_total" and p == b"0.042", idle=dev.tick)
+    # Plain MQTT to the TLS port is not silently accepted either.
+    sub.close()
+
+
+def test_tls_refuses_a_server_not_signed_by_the_custom_ca(broker, device, certs, tmp_path):
+    other = make_ca(str(tmp_path / "other"))
+    dev = device(host="localhost", port=broker.tls_port, use_tls=True)
+    dev.ca.save(open(other["ca.crt"]).read())
+    dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+    assert dev.svc.status()["last_error"] < 0
+
+
+def test_reconnects_after_a_broker_restart(broker, device):
+    dev = device(port=broker.port)
+    dev.run(until=dev.connected)
+    broker.stop()
+    dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+    assert dev.svc.status()["last_error"] == m.ERR_CLOSED
+    broker.start()  # same port
+    sub = Subscriber(broker.port, topics=(PREFIX + "/status",))
+    dev.run(until=dev.connected, timeout=20)
+    sub.wait_for(lambda t, p: p == b"online", idle=dev.tick)
+    assert dev.svc.status()["reconnect_attempts"] >= 1  # forgiven only after a stable minute
+    sub.close()
+
+
+def test_black_holed_broker_is_detected_and_left(broker, device):
+    dev = device(port=broker.port)
+    dev.svc.ping_every_ms = 500
+    dev.svc.ping_timeout_ms = 700
+    dev.svc.connack_timeout_ms = 700
+    dev.run(until=dev.connected)
+    broker.freeze()
+    try:
+        dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+        assert dev.svc.status()["last_error"] == m.ERR_PING_TIMEOUT
+        # The kernel still completes TCP handshakes for the stopped broker: CONNECT goes unanswered.
+        dev.run(until=lambda: dev.svc.status()["last_error"] == m.ERR_CONNACK_TIMEOUT)
+    finally:
+        broker.resume()
+    dev.run(until=dev.connected, timeout=20)
+
+
+def test_refused_credentials(tmp_path, device, certs):
+    b = Broker(str(tmp_path / "auth"), users={"meter": "right"}).start()
+    try:
+        dev = device(port=b.port, user="meter", password="wrong")
+        dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+        st = dev.svc.status()
+        assert st["last_error"] == 1005 and "not authorised" in st["last_error_message"]
+        dev.settings.doc["mqtt"]["password"] = "right"
+        dev.bus.publish("settings", ["mqtt.password"])
+        dev.run(until=dev.connected)
+        assert "right" not in json.dumps(dev.svc.status())
+    finally:
+        b.stop()
