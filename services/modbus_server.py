@@ -90,6 +90,9 @@ class ModbusServer(Module):
     name = "modbus"
     max_clients = 2
     idle_ms = 300000          # a client without a complete request for 5 minutes is closed
+    # The pipeline publishes None after 10 s without a telegram; this second line of defence covers a
+    # pipeline that died and can publish nothing: a Reading this old is never served as current.
+    stale_ms = 15000
     backlog = 1
 
     def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
@@ -212,6 +215,8 @@ class ModbusServer(Module):
             if self.enabled:
                 self._open()          # a failure raises: the supervisor retries start() with backoff
         reading = self._bus.latest("reading")
+        if reading is not None and ticks_diff(now_ms, reading.ts_ms) >= self.stale_ms:
+            reading = None
         if reading is not self.map.source:
             self.map.update(reading)
         if self._listen is None:

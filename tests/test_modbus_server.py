@@ -89,7 +89,7 @@ class Harness:
 @pytest.fixture
 def srv():
     h = Harness()
-    h.publish(Reading(1, dict(VALUES)))
+    h.publish(Reading(ticks_ms(), dict(VALUES)))
     yield h
     h.close()
     assert socketpool.open_count() == 0
@@ -436,5 +436,20 @@ def test_ct_ratio_change_rebuilds_the_map_and_keeps_clients(srv):
         assert not rr.isError()
         assert rr.registers[8] == 2
         assert (rr.registers[0] << 16 | rr.registers[1]) == 123457   # 12 345 678.9 Wh in 100 Wh
+    finally:
+        c.close()
+
+
+def test_a_reading_older_than_15_s_is_never_served_even_without_the_pipelines_none(srv):
+    c = client(srv)
+    try:
+        assert c.read_holding_registers(BASE + 88, count=1).registers == [0x10000 - 1234]
+        srv.skew_ms = 15500          # the pipeline died and published no None
+        srv.settle()
+        assert c.read_holding_registers(BASE + 88, count=1).registers == [0x8000]
+        assert c.read_holding_registers(BASE + 116, count=2).registers == [0, 0]
+        srv.skew_ms = 0
+        srv.publish(Reading(ticks_ms(), dict(VALUES)))
+        assert c.read_holding_registers(BASE + 88, count=1).registers == [0x10000 - 1234]
     finally:
         c.close()
