@@ -20,13 +20,17 @@ class _LineRate:
         self._credit = 0.0
         self._last_s = None
 
-    def push(self, data):
+    def push(self, data, at_s):
+        """Queue data that starts on the wire at simulated time at_s."""
+        if not self._pending:
+            self._credit = 0.0
+            self._last_s = at_s
         self._pending += data
 
     def take(self, now_s):
         if self._last_s is None:
             self._last_s = now_s
-        self._credit += max(0.0, now_s - self._last_s) * BYTES_PER_S
+        self._credit = min(self._credit + max(0.0, now_s - self._last_s) * BYTES_PER_S, len(self._pending) + 1.0)
         self._last_s = now_s
         if not self._pending:
             self._credit = 0.0
@@ -119,7 +123,7 @@ class SimMeter:
         while self._next_s <= now_s:
             p = self._step(self._next_s)
             if now_s - self._next_s < BACKLOG_S:
-                self._line.push(self.telegram(p))
+                self._line.push(self.telegram(p), self._next_s)
             self._next_s += 1
         data = self._line.take(now_s)
         if uart is not None and getattr(uart, "baudrate", 9600) != 9600:
@@ -144,7 +148,7 @@ class ReplaySource:
             self._next_s = now_s
         while self._next_s <= now_s:
             if now_s - self._next_s < BACKLOG_S:
-                self._line.push(self.data)
+                self._line.push(self.data, self._next_s)
             self._next_s += self.period_s
         return self._line.take(now_s)
 
