@@ -2,16 +2,15 @@
 
 import calendar
 import socket
-import struct
 import time
 
 import pytest
 import rtc
 import socketpool
-from adafruit_ticks import ticks_add, ticks_diff, ticks_ms
+from adafruit_ticks import ticks_add, ticks_ms
 
 from core import clock as clk
-from core import module, tz
+from core import module
 from core.bus import Bus
 from core.settings import Settings
 from host.ntp_server import reply, start_ntp_server, to_ntp

@@ -110,8 +110,11 @@ def governed_table(names):
         g = governed_from(times)
         if g is None or g <= start:
             continue
-        when = "not compared (explicit transitions until %s)" % time.strftime("%Y-%m-%d", time.gmtime(times[-1])) \
-            if g >= end else "from %s UTC" % time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(g))
+        if g >= end:
+            when = "explicit transitions until %s: only the years the rule governs (see above)" % (
+                time.strftime("%Y", time.gmtime(times[-1])))
+        else:
+            when = "after %s UTC" % time.strftime("%Y-%m-%d %H:%M", time.gmtime(times[-1]))
         rows.append("| %s | `%s` | %s |" % (name, footer, when))
     return rows
 
@@ -123,7 +126,7 @@ def update_doc(names, path=DOC):
     a = text.index(DOC_BEGIN) + len(DOC_BEGIN)
     b = text.index(DOC_END)
     rows = governed_table(names)
-    table = "\n%d zones. Zone | shipped rule | compared with zoneinfo\n\n| Zone | Rule | Compared |\n|---|---|---|\n%s\n" % (
+    table = "\n%d zones:\n\n| Zone | Shipped rule | Compared with zoneinfo |\n|---|---|---|\n%s\n" % (
         len(rows), "\n".join(rows))
     with open(path, "w") as f:
         f.write(text[:a] + table + text[b:])
