@@ -45,6 +45,7 @@ class MeterPipeline(Module):
     STALE_MS = 10000          # no good telegram for this long: readings are unknown
     MAX_POWER_W = 100000      # an energy counter may not grow faster than this
     REBASE_AFTER = 10         # consecutive implausible telegrams after which the counter is taken as reset
+    MIN_INTERVAL_MS = 1000    # meters send at most one telegram a second; a burst read in one poll shares now_ms
     HEALTH_EVERY_MS = 5000
 
     def __init__(self, bus, settings, ir_head=None, led=None, dzg=False):
@@ -232,7 +233,11 @@ class MeterPipeline(Module):
     def _plausible(self, values, now_ms):
         """Energy counters may not run backwards or faster than MAX_POWER_W; update the baseline when accepted."""
         last = self._last_energy
-        dt = ticks_diff(now_ms, self._last_ok_ms) if self._last_ok_ms is not None else None
+        dt = None
+        if self._last_ok_ms is not None:
+            # Telegrams that waited in the UART buffer arrive together with one timestamp: each still
+            # stands for at least one meter interval.
+            dt = max(ticks_diff(now_ms, self._last_ok_ms), self.MIN_INTERVAL_MS)
         bad = None
         for code in values:
             if _KIND.get(code) != "energy":
@@ -247,9 +252,9 @@ class MeterPipeline(Module):
                 break
             # allowed Wh = MAX_POWER_W * dt_ms / 3.6e6, plus one step of the counter's last digit
             if de >= 0:
-                over = dm * 10 ** de * 3600000 > self.MAX_POWER_W * max(dt, 0) + 3600000 * 10 ** de
+                over = dm * 10 ** de * 3600000 > self.MAX_POWER_W * dt + 3600000 * 10 ** de
             else:
-                over = dm * 3600000 > self.MAX_POWER_W * max(dt, 0) * 10 ** -de + 3600000
+                over = dm * 3600000 > self.MAX_POWER_W * dt * 10 ** -de + 3600000
             if over:
                 bad = "energy jump " + code
                 break

@@ -238,6 +238,18 @@ def test_energy_jump_beyond_physics_is_rejected():
     assert rig.pipe.counters["implausible"] == 1
 
 
+def test_a_burst_of_buffered_telegrams_with_one_timestamp_is_plausible():
+    rig = Rig(medianFilterSize=0)
+    rig.send(telegram(100000, 3600))
+    # three telegrams at 3.6 kW (+10 tenths of Wh per second each) read in the same poll
+    rig.send(telegram(100010, 3600) + telegram(100020, 3600) + telegram(100030, 3600), advance=1000)
+    assert [r.values["1.8.0"][0] for r in rig.drain()] == [100000, 100010, 100020, 100030]
+    assert rig.pipe.counters["implausible"] == 0
+    rig.send(telegram(100330, 3600) + telegram(100340, 3600), advance=1000)  # +30 Wh in a second: no
+    assert [r.values["1.8.0"][0] for r in rig.drain()] == []
+    assert rig.pipe.counters["implausible"] == 2
+
+
 def test_low_resolution_counter_may_step_by_one_digit():
     rig = Rig(medianFilterSize=0)
     rig.send(telegram(13391, 100, imp_scaler=3))  # kWh resolution like dzg-1.hex
