@@ -1,4 +1,4 @@
-"""Decoder cost: MicroPython-VM fuel and heap per telegram over the shared complete captures; CPython speed vs smllib."""
+"""Decoder cost: MicroPython-VM fuel and heap per telegram over the shared captures; CPython speed vs smllib."""
 
 import binascii
 import os

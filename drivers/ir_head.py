@@ -4,7 +4,7 @@ from adafruit_ticks import ticks_diff
 from micropython import const
 
 from core.module import FAILED, OK, WARN, Module
-from meter.framer import D0, SML, Framer
+from meter.framer import SML, Framer
 
 # IEC 62056-21 mode C: the baud-rate character of the identification line -> baud rate.
 _BAUD = (300, 600, 1200, 2400, 4800, 9600, 19200)

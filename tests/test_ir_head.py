@@ -254,7 +254,7 @@ def test_a_telegram_cut_before_its_end_does_not_take_the_next_one_with_it():
         head = IrHead(uart, "sml")
         good = []
 
-        def sink(buf, n, fmt, now):
+        def sink(buf, n, fmt, now, good=good):
             ok = decode_frame(buf, n, res, crc="x25")
             if ok:
                 good.append(res.values()["1.8.0"])

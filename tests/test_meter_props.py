@@ -100,7 +100,8 @@ def test_decoders_survive_arbitrary_buffers(data):
 @given(st.sampled_from(range(len(TELEGRAMS))), st.data())
 def test_bytes_after_a_start_escape_are_survived(i, data):
     body = data.draw(st.binary(max_size=600))
-    tele = b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01" + body + b"\x1b\x1b\x1b\x1b\x1a" + data.draw(st.binary(min_size=3, max_size=3))
+    trailer = data.draw(st.binary(min_size=3, max_size=3))
+    tele = b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01" + body + b"\x1b\x1b\x1b\x1b\x1a" + trailer
     res = SmlResult()
     b = bytearray(tele)
     assert decode_frame(b, len(b), res) in (True, False)
