@@ -1,0 +1,399 @@
+"""Every endpoint of the REST API on the host runtime with a plain HTTP client: formats, settings, auth, limits."""
+
+import json
+import os
+import time
+
+import pytest
+import requests
+
+from tests.test_api_harness import start_host
+
+pytestmark = pytest.mark.slow
+
+ENDPOINTS = [  # (method, path, level) as in device-api.md's tables
+    ("GET", "/api/v1/system/alive", None),
+    ("GET", "/api/v1/system/info", "READ"),
+    ("GET", "/api/v1/system/led", "READ"),
+    ("GET", "/api/v1/system/wifi_scan", None),
+    ("GET", "/api/v1/system/timezones", "READ"),
+    ("GET", "/api/v1/history/latest", "READ"),
+    ("GET", "/api/v1/history/highRes?date=2026-01-01", "READ"),
+    ("GET", "/api/v1/history/lowRes?start=2026-01-01&days=3", "READ"),
+    ("GET", "/api/v1/settings", "READ"),
+    ("GET", "/api/v1/mqtt/ca", "READ"),
+    ("GET", "/api/v1/mqtt/status", "READ"),
+    ("GET", "/api/v1/ota/check", "READ"),
+    ("GET", "/api/v1/logs/rawdump", "READ"),
+    ("GET", "/api/v1/logs/persistent", "READ"),
+    ("GET", "/api/v1/logs/ram", "READ"),
+    ("GET", "/api/v1/modbus/status", "READ"),
+    ("POST", "/api/v1/settings", "WRITE"),
+    ("POST", "/api/v1/auth/tokens/generate", "WRITE"),
+    ("POST", "/api/v1/auth/tokens/confirm", "WRITE"),
+    ("POST", "/api/v1/mqtt/ca", "WRITE"),
+    ("DELETE", "/api/v1/mqtt/ca", "WRITE"),
+    ("POST", "/api/v1/cloud/pair", "WRITE"),
+    ("DELETE", "/api/v1/cloud/pair", "WRITE"),
+    ("POST", "/api/v1/ota/start", "WRITE"),
+    ("POST", "/api/v1/system/reboot", "WRITE"),
+]
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    h = start_host(tmp_path_factory, "api")
+    yield h
+    h.stop()
+
+
+def url(host, path):
+    return host.url + path
+
+
+def post(host, path, body=None, token=None, **kw):
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    return requests.post(url(host, path), json=body, headers=headers, timeout=10, **kw)
+
+
+def get(host, path, token=None):
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    return requests.get(url(host, path), headers=headers, timeout=10)
+
+
+def is_error(r, status, message=None):
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["Content-Type"] == "application/json"
+    body = r.json()
+    assert isinstance(body.get("error"), str) and body["error"]
+    if message is not None:
+        assert body["error"] == message
+    return body
+
+
+# --- formats ---
+
+def test_alive(host):
+    r = get(host, "/api/v1/system/alive")
+    assert r.status_code == 200 and r.json()["alive"] is True and r.json()["version"]
+
+
+def test_info_sections(host):
+    info = get(host, "/api/v1/system/info").json()
+    for section in ("uptime", "wifi", "ap", "esp", "heap", "meter", "clock", "supervisor"):
+        for e in info[section]:
+            assert set(e) == {"name", "value", "unit"}
+    esp = {e["name"]: e["value"] for e in info["esp"]}
+    assert esp["esp_id"] == "024d50000001"  # last 12 hex digits of the stand-in MAC
+    assert esp["os_version"] == get(host, "/api/v1/system/alive").json()["version"]
+    wifi = {e["name"]: e["value"] for e in info["wifi"]}
+    assert wifi["ssid"] == "HostNetwork" and wifi["rssi"] == -48 and wifi["ip"] == "127.0.0.1"
+    heap = {e["name"]: e["value"] for e in info["heap"]}
+    assert heap["free"] == 2_000_000 and "largest_block" in heap
+    up = {e["name"]: e["value"] for e in info["uptime"]}
+    assert up["reset_reason"] == "POWER_ON" and up["uptime"] >= 0
+    sup = {e["name"]: e["value"] for e in info["supervisor"]}
+    assert "http.worst_poll_ms" in sup and "worst_cycle_ms" in sup
+    assert {e["name"] for e in info["clock"]}
+
+
+def test_led(host):
+    led = get(host, "/api/v1/system/led").json()
+    assert set(led) == {"status", "priority", "color", "mode", "rgb", "enabled", "active_statuses"}
+    assert set(led["rgb"]) == {"r", "g", "b"} and led["enabled"] is True
+    assert led["active_statuses"][led["status"]] is True
+    assert led["mode"] in ("solid", "pulse", "dimmed")
+
+
+def test_wifi_scan(host):
+    r = get(host, "/api/v1/system/wifi_scan?refresh=true")
+    assert r.status_code == 200
+
+    def done():
+        d = get(host, "/api/v1/system/wifi_scan").json()
+        return d if not d["scanning"] else None
+
+    d = host.wait_for(done, timeout=10)
+    assert d["networks"] == [{"ssid": "HostNetwork", "rssi": -48}, {"ssid": "Neighbour", "rssi": -77}]
+    assert d["count"] == 2
+    is_error(get(host, "/api/v1/system/wifi_scan?refresh=maybe"), 400)
+
+
+def test_timezones(host):
+    zones = get(host, "/api/v1/system/timezones").json()
+    names = [z["name"] for z in zones]
+    assert names == sorted(names) and "Europe/Berlin" in names and "UTC" in names
+    berlin = [z for z in zones if z["name"] == "Europe/Berlin"][0]
+    assert berlin["utcOffsetMin"] in (60, 120)
+
+
+def test_ota_and_cloud_from_current_state(host):
+    check = get(host, "/api/v1/ota/check").json()
+    assert check["ok"] is True and check["data"]["update_available"] is False
+    start = post(host, "/api/v1/ota/start").json()
+    assert start["ok"] is False and start["update_available"] is False
+    r = post(host, "/api/v1/cloud/pair", {"pairing_token": "WW-ABCDEF12"})
+    assert r.status_code == 200 and r.json()["success"] is True and r.json()["paired"] is False
+    body = is_error(post(host, "/api/v1/cloud/pair", {"pairing_token": "bad token!"}), 400)
+    assert "pairing_token" in body["fields"]
+    is_error(post(host, "/api/v1/cloud/pair", {"pairing_token": "WW-1", "x": 1}), 400)
+    r = requests.delete(url(host, "/api/v1/cloud/pair"), timeout=10)
+    assert r.status_code == 200 and r.json()["success"] is True
+
+
+def test_logs(host):
+    r = get(host, "/api/v1/logs/ram")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
+    lines = r.text.splitlines()
+    assert lines[0] == "uptime_s,level,message" and any("Meter Plus up" in ln for ln in lines)
+    r = get(host, "/api/v1/logs/persistent")
+    assert r.status_code == 200 and r.text.startswith("time,uptime_s,level,message\n")
+    assert "Meter Plus up" in r.text
+    r = get(host, "/api/v1/logs/rawdump")
+    assert r.status_code in (200, 204)
+    if r.status_code == 200:
+        assert r.headers["Content-Type"] == "application/octet-stream" and r.content
+    else:
+        assert r.content == b""
+
+
+# --- settings ---
+
+def test_settings_get_has_no_secrets(host):
+    post(host, "/api/v1/settings", {"wifi": {"primary": {"ssid": "Home", "password": "hunter2hunter2"}},
+                                    "mqtt": {"password": "brokerpw"}})
+    r = get(host, "/api/v1/settings")
+    assert "hunter2hunter2" not in r.text and "brokerpw" not in r.text
+    s = r.json()
+    assert s["wifi"]["primary"]["password_set"] is True and s["mqtt"]["password_set"] is True
+    assert s["language"]["installed"] == [{"code": "de", "name": "Deutsch"}, {"code": "en", "name": "English"}]
+
+
+def test_settings_post_answer_and_persistence(host):
+    r = post(host, "/api/v1/settings", {"device_name": "Keller", "ledEnable": False,
+                                        "wifi": {"primary": {"password": "newpassword1"}}})
+    assert r.status_code == 200
+    a = r.json()
+    assert a["applied"] == {"device_name": "Keller", "ledEnable": False, "wifi": {"primary": {}}}
+    assert set(a["changed"]) == {"device_name", "ledEnable", "wifi.primary.password"}
+    assert set(a["applied_now"]) == {"device_name", "ledEnable"}
+    assert a["after_restart"] == ["wifi.primary.password"] and a["restart_required"] is True
+    led = get(host, "/api/v1/system/led").json()  # ledEnable applies at once
+    assert led["enabled"] is False and led["mode"] == "off" and led["rgb"] == {"r": 0, "g": 0, "b": 0}
+    with open(os.path.join(host.state, "settings.json")) as f:
+        stored = json.load(f)
+    assert stored["device_name"] == "Keller" and stored["wifi"]["primary"]["password"] == "newpassword1"
+    assert not os.path.exists(os.path.join(host.state, "settings.json.tmp"))
+    post(host, "/api/v1/settings", {"ledEnable": True})
+
+
+BAD_SETTINGS = [
+    ({"device_name": "x" * 32}, "device_name"),
+    ({"wifi": {"primary": {"password": "p" * 64}}}, "wifi.primary.password"),
+    ({"wifi": {"primary": {"static_ip": True, "ip": "10.0.0.2"}}}, "wifi.primary.subnet"),
+    ({"wifi": {"secondary": {"ip": "300.1.1.1"}}}, "wifi.secondary.ip"),
+    ({"accessPoint": {"password": "short"}}, "accessPoint.password"),
+    ({"timezone": "Mars/Olympus_Mons"}, "timezone"),
+    ({"language": {"active": "German"}}, "language.active"),
+    ({"mqtt": {"port": 70000}}, "mqtt.port"),
+    ({"medianFilterSize": 4}, "medianFilterSize"),
+    ({"ctRatio": 0.5}, "ctRatio"),
+    ({"ctRatio": 2.55}, "ctRatio"),
+    ({"autoOta": "yes"}, "autoOta"),
+    ({"nonsense": True}, "nonsense"),
+]
+
+
+@pytest.mark.parametrize("patch,key", BAD_SETTINGS, ids=[k for _p, k in BAD_SETTINGS])
+def test_settings_rejected_all_or_nothing(host, patch, key):
+    before = get(host, "/api/v1/settings").json()
+    both = dict(patch)
+    both["cloudIotEnabled"] = not before["cloudIotEnabled"]  # a valid key next to the bad one
+    body = is_error(post(host, "/api/v1/settings", both), 400, "Invalid settings")
+    assert key in body["fields"] and "cloudIotEnabled" not in body["fields"]
+    assert get(host, "/api/v1/settings").json() == before
+
+
+def test_settings_valid_timezone_from_the_list(host):
+    r = post(host, "/api/v1/settings", {"timezone": "America/New_York"})
+    assert r.status_code == 200 and get(host, "/api/v1/settings").json()["timezone"] == "America/New_York"
+    post(host, "/api/v1/settings", {"timezone": "Europe/Berlin"})
+
+
+def test_bad_bodies(host):
+    is_error(requests.post(url(host, "/api/v1/settings"), data="{not json", timeout=10,
+                           headers={"Content-Type": "application/json"}), 400, "Malformed JSON")
+    is_error(requests.post(url(host, "/api/v1/settings"), data='{"ledEnable": true}', timeout=10,
+                           headers={"Content-Type": "text/plain"}), 400)
+    is_error(requests.post(url(host, "/api/v1/settings"), data="[1, 2]", timeout=10,
+                           headers={"Content-Type": "application/json"}), 400)
+    is_error(requests.post(url(host, "/api/v1/settings"), timeout=10), 400)
+    is_error(requests.post(url(host, "/api/v1/settings"), data=b"\xff\xfe", timeout=10,
+                           headers={"Content-Type": "application/json"}), 400)
+    is_error(requests.post(url(host, "/api/v1/auth/tokens/confirm"), json={}, timeout=10), 400)
+    is_error(requests.post(url(host, "/api/v1/settings"), json={"x": "y" * 9000}, timeout=10), 413)
+
+
+def test_unknown_path_and_method(host):
+    is_error(get(host, "/api/v1/nope"), 404, "Not found")
+    is_error(get(host, "/"), 404)
+    r = requests.put(url(host, "/api/v1/settings"), json={}, timeout=10)
+    is_error(r, 405)
+    assert r.headers["Allow"] == "GET, POST"
+    is_error(requests.get(url(host, "/api/v1/system/reboot"), timeout=10), 405)
+
+
+def test_auth_off_needs_no_token_and_cannot_be_switched_on_without_tokens(tmp_path_factory):
+    h = start_host(tmp_path_factory, "auth_first")
+    try:
+        for method, path, _level in ENDPOINTS:
+            if path.endswith("reboot"):
+                continue
+            r = requests.request(method, url(h, path), timeout=10)
+            assert r.status_code not in (401, 403), (path, r.status_code)
+        body = is_error(post(h, "/api/v1/settings", {"api_auth_required": True}), 400)
+        assert "api_auth_required" in body["fields"]
+        assert get(h, "/api/v1/settings").json()["api_auth_required"] is False
+    finally:
+        h.stop()
+
+
+def _first_tokens(h):
+    g = post(h, "/api/v1/auth/tokens/generate")
+    assert g.status_code == 200
+    p = g.json()
+    assert p["success"] is True and p["expires_in"] == 60 and "60 seconds" in p["message"]
+    read, write = p["pending"]["token_read"], p["pending"]["token_write"]
+    assert len(read) == 64 and len(write) == 64
+    c = post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": write})
+    assert c.status_code == 200 and c.json()["success"] is True
+    return read, write
+
+
+def test_auth_levels_and_rotation(tmp_path_factory):
+    h = start_host(tmp_path_factory, "auth")
+    try:
+        read, write = _first_tokens(h)
+        with open(os.path.join(h.state, "tokens.json")) as f:
+            stored = f.read()
+        assert read not in stored and write not in stored  # SHA-256 hashes only
+        assert post(h, "/api/v1/settings", {"api_auth_required": True}).status_code == 200
+
+        for method, path, level in ENDPOINTS:
+            if path.endswith("reboot"):
+                continue
+            none = requests.request(method, url(h, path), timeout=10)
+            if level is None:
+                assert none.status_code == 200, path
+                continue
+            is_error(none, 401)
+            assert none.headers["WWW-Authenticate"] == "Bearer"
+            wrong = requests.request(method, url(h, path), headers={"Authorization": "Bearer " + "0" * 64},
+                                     timeout=10)
+            is_error(wrong, 401)
+            as_read = requests.request(method, url(h, path), headers={"Authorization": "Bearer " + read},
+                                       timeout=10)
+            if level == "WRITE":
+                is_error(as_read, 403)
+            else:
+                assert as_read.status_code in (200, 204), (path, as_read.status_code)
+        is_error(get(h, "/api/v1/settings", token="Basic " + write), 401)
+        r = requests.get(url(h, "/api/v1/settings"), headers={"Authorization": "Basic " + write}, timeout=10)
+        is_error(r, 401)
+        assert get(h, "/api/v1/settings", token=write).status_code == 200
+
+        # rotation: the old pair works until confirm; errors keep it
+        g = post(h, "/api/v1/auth/tokens/generate", token=write).json()
+        r2, w2 = g["pending"]["token_read"], g["pending"]["token_write"]
+        assert get(h, "/api/v1/settings", token=read).status_code == 200
+        is_error(get(h, "/api/v1/settings", token=r2), 401)
+        is_error(post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": r2}, token=write), 409)
+        is_error(post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": w2}, token=read), 403)
+        g3 = post(h, "/api/v1/auth/tokens/generate", token=write).json()  # replaces the pending pair
+        is_error(post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": w2}, token=write), 409)
+        r3, w3 = g3["pending"]["token_read"], g3["pending"]["token_write"]
+        assert post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": w3}, token=write).status_code == 200
+        is_error(get(h, "/api/v1/settings", token=write), 401)
+        is_error(get(h, "/api/v1/settings", token=read), 401)
+        assert get(h, "/api/v1/settings", token=r3).status_code == 200
+        is_error(post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": w3}, token=w3), 409)  # nothing pending
+
+        # switching off needs WRITE; then everything is open again
+        is_error(post(h, "/api/v1/settings", {"api_auth_required": False}, token=r3), 403)
+        assert post(h, "/api/v1/settings", {"api_auth_required": False}, token=w3).status_code == 200
+        assert get(h, "/api/v1/settings").status_code == 200
+    finally:
+        h.stop()
+
+
+def test_confirm_after_60_s_is_410_and_old_tokens_stay(tmp_path_factory):
+    state = tmp_path_factory.mktemp("auth_late")
+    from tests.hostproc import HostProcess
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "settings.toml")) as f:
+        toml = f.read()
+    with open(os.path.join(str(state), "settings.toml"), "w") as f:
+        f.write(toml + "\nMETERPLUS_API_RATE_LIMIT = 100000\n")
+    h = HostProcess(state, args=["--speed", "30"]).start()  # 60 s of device time pass in 2 s
+    try:
+        read, write = _first_tokens(h)
+        assert post(h, "/api/v1/settings", {"api_auth_required": True}, token=write).status_code == 200
+        g = post(h, "/api/v1/auth/tokens/generate", token=write).json()
+        time.sleep(2.5)
+        is_error(post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": g["pending"]["token_write"]},
+                      token=write), 410)
+        assert get(h, "/api/v1/settings", token=read).status_code == 200
+        is_error(get(h, "/api/v1/settings", token=g["pending"]["token_read"]), 401)
+    finally:
+        h.stop()
+
+
+# --- limits ---
+
+def test_rate_limit_429(tmp_path_factory):
+    h = start_host(tmp_path_factory, "rate", rate_limit=25)
+    try:
+        time.sleep(10.5)  # the start-up probes count too: let the window pass
+        codes = [get(h, "/api/v1/system/alive").status_code for _ in range(25)]
+        assert codes == [200] * 25
+        r = get(h, "/api/v1/settings")
+        body = is_error(r, 429, "Too many requests")
+        assert r.headers["Retry-After"] == "10" and body == {"error": "Too many requests"}
+        is_error(get(h, "/api/v1/nope"), 429)  # device-wide, every path
+        time.sleep(10.5)
+        assert get(h, "/api/v1/settings").status_code == 200
+    finally:
+        h.stop()
+
+
+def test_low_heap_503(host):
+    host.control("free_heap", 20000)
+    try:
+        r = get(host, "/api/v1/system/alive")
+        body = is_error(r, 503, "Service temporary unavailable")
+        assert r.headers["Retry-After"] == "5" and body == {"error": "Service temporary unavailable"}
+        is_error(get(host, "/api/v1/settings"), 503)
+    finally:
+        host.control("free_heap", None)
+    assert get(host, "/api/v1/system/alive").status_code == 200
+    host.control("free_heap", 25 * 1024)
+    try:
+        assert get(host, "/api/v1/system/alive").status_code == 200  # at the threshold: not below it
+    finally:
+        host.control("free_heap", None)
+
+
+def test_reboot_answers_then_restarts_keeping_settings(tmp_path_factory):
+    h = start_host(tmp_path_factory, "reboot")
+    try:
+        assert post(h, "/api/v1/settings", {"device_name": "Survivor"}).status_code == 200
+        r = post(h, "/api/v1/system/reboot")
+        assert r.status_code == 200 and r.json()["rebooting"] is True
+        h.wait_for(lambda: "restarting the firmware" in h.log(), timeout=20)
+        h.wait_alive(30)
+        info = get(h, "/api/v1/system/info").json()
+        assert {e["name"]: e["value"] for e in info["uptime"]}["reset_reason"] == "SOFTWARE"
+        assert get(h, "/api/v1/settings").json()["device_name"] == "Survivor"
+        assert "restart requested (api)" in get(h, "/api/v1/logs/persistent").text
+    finally:
+        h.stop()
