@@ -73,6 +73,7 @@ class Clock(module.Module):
     RETRY_MAX_MS = 30 * 60 * 1000
     TIMEOUT_MS = 2000             # per server
     REANCHOR_MS = 60 * 60 * 1000  # keeps ticks differences far below adafruit_ticks' 2**28 ms limit
+    MIN_EPOCH = 1767225600        # 2026-01-01: an answer before this firmware existed is a broken server
     TABLE = tz.TABLE
 
     _IDLE = 0
@@ -104,6 +105,7 @@ class Clock(module.Module):
         self.last_sync = None     # UTC seconds of the last good answer
         self.timezone = None
         self.rule = tz.Rule(_DEFAULT_RULE)
+        self._zone_ok = True
 
     # --- lifecycle
 
@@ -183,10 +185,17 @@ class Clock(module.Module):
         try:
             self.rule = tz.load(name, self.TABLE)
             self.timezone = name
+            self._zone_ok = True
         except (OSError, ValueError):
             # Keep the rule we have (Europe/Berlin at boot) rather than a wrong zero offset.
             self.count("tz_errors")
-            self.state = module.WARN
+            self._zone_ok = False
+        self._set_state()
+
+    def _set_state(self):
+        # WARN while the zone could not be loaded or no server has answered yet after a failed round.
+        self.state = module.OK if self._zone_ok and (self.synced or not self.counters.get("rounds_failed")) \
+            else module.WARN
 
     def _settings_changed(self, now_ms):
         if self._ring is None:
@@ -230,8 +239,7 @@ class Clock(module.Module):
         self._phase = self._IDLE
         self._due = ticks_add(now_ms, self._retry)
         self._retry = min(self._retry * 2, self.RETRY_MAX_MS)
-        if not self.synced:
-            self.state = module.WARN
+        self._set_state()
 
     def _send(self, now_ms):
         if not self._servers:
@@ -281,7 +289,7 @@ class Clock(module.Module):
                     return
                 break
             got = parse_reply(self._buf, n, self._nonce)
-            if got is None:
+            if got is None or got[1] < self.MIN_EPOCH * 1000:
                 self.count("bad_packets")
                 continue
             self._synced(now_ms, got[0], got[1])
@@ -300,7 +308,7 @@ class Clock(module.Module):
         self.last_sync = self._epoch_ms // 1000
         self.server = self._servers[self._idx]
         self.count("syncs")
-        self.state = module.OK
+        self._set_state()
         self._close()
         self._phase = self._IDLE
         self._due = ticks_add(now_ms, self.RESYNC_MS)

@@ -22,6 +22,15 @@ def scaled_clock(speed, epoch0=None):
     return lambda: e0 + (time.monotonic() - m0) * speed
 
 
+def hostenv_clock(epoch0=None):
+    """Unix seconds in lockstep with the host runtime's simulated ticks (follows _hostenv.set_speed too)."""
+    import _hostenv
+
+    s0 = _hostenv.sim_seconds()
+    e0 = time.time() if epoch0 is None else float(epoch0)
+    return lambda: e0 + (_hostenv.sim_seconds() - s0)
+
+
 def reply(request, now_s, recv_s=None, stratum=2):
     """The 48-byte server answer to a client request (mode 3), or None for anything else."""
     if len(request) < 48 or request[0] & 7 != 3:

@@ -325,3 +325,36 @@ print("SPLIT", clock.split_server("127.0.0.1:4123"), clock.split_server("pool.nt
     assert "BAD None" in lines
     assert lines.count("ERA True") == 4 and lines.count("ST True") == 4
     assert "SPLIT ('127.0.0.1', 4123) ('pool.ntp.org', 123)" in lines
+
+
+def test_an_answer_from_before_this_firmware_is_refused(servers):
+    addr, stop = servers(speed=1.0, epoch0=978307200)  # 2001-01-01: a server with a flat RTC battery
+    c, _s, _b = make(addr)
+    now = ticks_ms()
+    c.poll(now)
+    deadline = time.monotonic() + 5
+    while not c.counters.get("bad_packets") and time.monotonic() < deadline:
+        c.poll(ticks_add(now, 1))
+        time.sleep(0.005)
+    assert c.counters["bad_packets"] == 1 and not c.synced and stop.stats["answers"] == 1
+
+
+def test_hostenv_clock_follows_the_simulated_speed(servers):
+    import _hostenv
+
+    from host.ntp_server import hostenv_clock
+
+    old = _hostenv.speed
+    try:
+        _hostenv.set_speed(1000.0)
+        now = hostenv_clock(E2030)
+        a, s0 = now(), _hostenv.sim_seconds()
+        time.sleep(0.05)
+        b, s1 = now(), _hostenv.sim_seconds()
+        assert a >= E2030 and abs((b - a) - (s1 - s0)) < 0.1 and b - a > 10  # read a few µs apart
+        addr, _stop = servers(clock=now)
+        c, _s, _b = make(addr)
+        t_sync = run_until_synced(c)
+        assert abs(c.time(t_sync) - now()) <= 30  # both run 1000 times faster than the computer
+    finally:
+        _hostenv.set_speed(old)
