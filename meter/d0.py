@@ -1,4 +1,10 @@
-"""IEC 62056-21 (D0) text telegram decoder: same result object and units as the SML decoder."""
+"""IEC 62056-21 (D0) text telegram decoder: same result object and units as the SML decoder.
+
+Push telegrams without BCC carry no checksum: the decoder checks the parity bit when a 7E1 meter is read
+through an 8N1 UART, and leaves a fingerprint of the field widths (result.shape) so that the pipeline can
+hold a telegram whose layout differs from the previous one (a dropped or doubled character) until the
+next telegram confirms it.
+"""
 
 from meter import obis
 
@@ -143,6 +149,8 @@ def _decode(b, n, out):
         if not digits or not digits.isdigit():
             return E_FORMAT
         m = int(digits)
+        # Meters print fixed-width fields: a dropped or doubled character changes this fingerprint.
+        out.shape = (out.shape * 31 + cde + (len(digits) << 24) + (-e << 20)) & 0x3FFFFFFF
         out.mant[i] = -m if neg else m
         out.exp[i] = e + u[1]
         out.mask |= 1 << i

@@ -33,6 +33,7 @@ class SmlResult:
         self.error = None
         self.unit_mismatch = 0
         self.dzg_fixed = 0
+        self.shape = 0  # D0 only: fingerprint of codes and digit counts (see meter.d0)
 
     def clear(self):
         """Forget the previous telegram (no allocation)."""
@@ -42,6 +43,7 @@ class SmlResult:
         self.error = None
         self.unit_mismatch = 0
         self.dzg_fixed = 0
+        self.shape = 0  # D0 only: fingerprint of codes and digit counts (see meter.d0)
 
     def has(self, i):
         """True when slot i was decoded."""

@@ -61,6 +61,8 @@ class MeterPipeline(Module):
         self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
         self._server_id = None
         self._crc_mode = None      # CRC kind latched from the first good telegram until the meter goes stale
+        self._d0_shape = None      # field layout of the last accepted D0 telegram (without BCC)
+        self._d0_pending = None    # a new layout seen once, waiting for confirmation
         self._last_ok_ms = None
         self._start_ms = None
         self._implausible_run = 0
@@ -171,7 +173,16 @@ class MeterPipeline(Module):
             self.last_error = res.error
             self._publish_health(now_ms)
             return False
+        if fmt != SML and res.crc is None:
+            # D0 without BCC has no checksum: a telegram whose field layout changed waits for the next one
+            # with the same layout (a dropped or doubled character only ever damages one telegram).
+            if res.shape != self._d0_shape and res.shape != self._d0_pending:
+                self._d0_pending = res.shape
+                self.count("d0_unconfirmed")
+                return True
         reading = self.accept(res.values(), res.server_id(), "sml" if fmt == SML else "d0", now_ms, res.crc)
+        if reading is not None and fmt != SML:
+            self._d0_shape = res.shape
         if reading is not None and fmt == SML:
             # Accepting both CRC kinds doubles the chance that a damaged frame passes: once the meter has
             # shown which one it uses, only that one counts (until it goes stale).

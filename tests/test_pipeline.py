@@ -116,6 +116,7 @@ def test_reading_is_published_with_timestamp_exact_values_and_server_id():
 def test_real_capture_through_the_whole_chain():
     rig = Rig(medianFilterSize=0)
     rig.send(cap("holley-dtz541-1.hex"))
+    rig.send(cap("d0-ebz-dd3-2r06-1.txt"))  # D0 without BCC: the first layout waits for confirmation
     rig.send(cap("d0-ebz-dd3-2r06-1.txt"))
     a, b = rig.drain()
     assert a.values["1.8.0"] == (44998962, -1) and a.source == "sml"
@@ -315,3 +316,34 @@ def test_crc_kind_is_latched_from_the_first_good_telegram_until_stale():
     assert r.values["1.8.0"] == (1002, -1) and rig.pipe.health()["crc"] == "kermit"
     rig.send(telegram(1003, 200))  # now X.25 is the stranger
     assert rig.pipe.counters["crc_errors"] == 2
+
+
+def test_d0_without_checksum_needs_a_confirmed_layout():
+    good = cap("d0-ebz-dd3-2r06-1.txt")
+    dropped = good.replace(b"000211.26", b"00021.26")  # one character lost on the wire
+    doubled = good.replace(b"002714.12830185", b"0027144.12830185")
+    rig = Rig(medianFilterSize=0)
+    rig.send(good)
+    assert rig.drain() == [] and rig.pipe.counters["d0_unconfirmed"] == 1
+    rig.send(good)
+    rig.send(dropped)
+    rig.send(doubled)
+    rig.send(good)  # the known layout again: accepted at once
+    vals = [r.values["16.7.0"] for r in rig.drain()]
+    assert vals == [(21126, -2), (21126, -2)]
+    assert rig.pipe.counters["d0_unconfirmed"] == 3
+
+
+def test_d0_parity_errors_are_counted_not_published():
+    def parity(c):
+        return c | (0x80 if bin(c).count("1") % 2 else 0)
+
+    tele = bytearray(parity(c) for c in cap("d0-ebz-dd3-2r06-1.txt"))
+    rig = Rig(medianFilterSize=0)
+    rig.send(bytes(tele))
+    rig.send(bytes(tele))
+    assert len(rig.drain()) == 1
+    tele[60] ^= 0x02  # one flipped data bit: the parity bit no longer matches
+    rig.send(bytes(tele))
+    assert rig.drain() == [] and rig.pipe.counters["decode_errors"] == 1
+    assert rig.pipe.last_error == "parity error"
