@@ -1,0 +1,229 @@
+"""Worst loop stall of the MQTT service with the broker up, down, black-holed (SIGSTOP) and flapping.
+
+Runs MqttService over the host stand-ins (socketpool, ssl) inside the real Supervisor, against a real mosquitto
+on 127.0.0.1, and reports per scenario the supervisor's worst_poll_ms for "mqtt" plus the worst and 99th
+percentile of poll() measured with perf_counter. For comparison it measures adafruit_minimqtt 8.1.0's blocking
+calls with its defaults and with short timeouts. Backoff and keepalive times are shortened so that each scenario
+sees many connection attempts within seconds; the blocking steps measured are the same.
+
+    .venv/bin/python bench/bench_mqtt_stall.py [--seconds 8] [--skip-minimqtt]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
+
+import socketpool  # noqa: E402
+import wifi  # noqa: E402
+from adafruit_ticks import ticks_ms  # noqa: E402
+
+from core.bus import Bus  # noqa: E402
+from core.settings import Settings  # noqa: E402
+from core.supervisor import Supervisor  # noqa: E402
+from meter.reading import Reading  # noqa: E402
+from services import mqtt as m  # noqa: E402
+from services.mqtt_ca import CaStore  # noqa: E402
+from tests.mqtt_peers import Broker, device_ssl, make_ca  # noqa: E402
+
+DEV = "024d50000001"
+
+
+class Timed:
+    """Wraps the service's poll() to record every duration (seconds)."""
+
+    def __init__(self, svc):
+        self.svc = svc
+        self.times = []
+        inner = svc.poll
+
+        def poll(now):
+            t0 = time.perf_counter()
+            try:
+                inner(now)
+            finally:
+                self.times.append(time.perf_counter() - t0)
+
+        svc.poll = poll
+
+    def figures(self):
+        t = sorted(self.times)
+        if not t:
+            return 0.0, 0.0, 0
+        return t[-1] * 1000, t[int(len(t) * 0.99)] * 1000, len(t)
+
+
+def build(tmp, port, tls=False, ca_pem=None, host="127.0.0.1"):
+    bus = Bus()
+    settings = Settings()
+    settings.doc["mqtt"].update(enable=True, host=host, port=port, use_tls=tls, sendInterval=1)
+    ca = CaStore(os.path.join(tmp, "mqtt_ca_%d.pem" % port))
+    if ca_pem:
+        ca.save(ca_pem)
+    svc = m.MqttService(socketpool.SocketPool(wifi.radio), bus, settings, DEV,
+                        ssl_context=device_ssl().create_default_context, ca_store=ca,
+                        web_url=lambda: "http://127.0.0.1:8080/")
+    # Shortened so that a few seconds hold many attempts; the blocking steps are unchanged.
+    svc.backoff_first_ms = 20
+    svc.backoff_max_ms = 200
+    svc.ping_every_ms = 300
+    svc.ping_timeout_ms = 500
+    svc.connack_timeout_ms = 500
+    sup = Supervisor(ticks_ms)
+    sup.add(svc)
+    timed = Timed(svc)
+    values = {"1.8.0": [123456789, -1], "2.8.0": [5000, 0], "16.7.0": [-2345, -1], "32.7.0": [2301, -1],
+              "52.7.0": [2299, -1], "72.7.0": [2302, -1], "31.7.0": [512, -2]}
+    return bus, svc, sup, timed, values
+
+
+def run(sup, bus, values, seconds, during=None):
+    """The cooperative loop (5 ms idle sleep as code.py) for seconds; during(t) may act on the broker."""
+    t0 = time.monotonic()
+    last_reading = 0
+    while True:
+        t = time.monotonic() - t0
+        if t >= seconds:
+            return
+        if t - last_reading >= 1.0:
+            values["1.8.0"][0] += 7  # the meter keeps counting
+            bus.publish("reading", Reading(ticks_ms(), {k: tuple(v) for k, v in values.items()}))
+            last_reading = t
+        if during is not None:
+            during(t)
+        sup.step()
+        time.sleep(0.005)
+
+
+def scenario(name, tmp, seconds, broker=None, port=None, prepare=None, during=None, tls=False, ca_pem=None,
+             host="127.0.0.1"):
+    bus, svc, sup, timed, values = build(tmp, port if port is not None else broker.port, tls, ca_pem, host)
+    if prepare is not None:
+        prepare(svc, sup, bus, values)
+        timed.times.clear()
+        for slot in sup._slots:
+            slot.worst_ms = 0
+    run(sup, bus, values, seconds, during)
+    worst, p99, n = timed.figures()
+    st = svc.status()
+    row = (name, sup.worst_poll_ms("mqtt"), worst, p99, n, svc.counters.get("connects", 0),
+           svc.counters.get("failures", 0), st["state"], st["last_error"])
+    sup.stop_all()
+    return row
+
+
+def connect_first(svc, sup, bus, values):
+    end = time.monotonic() + 10
+    bus.publish("reading", Reading(ticks_ms(), {k: tuple(v) for k, v in values.items()}))
+    while svc.conn_state != m.CONNECTED and time.monotonic() < end:
+        sup.step()
+        time.sleep(0.005)
+
+
+def minimqtt_figures(broker):
+    """What adafruit_minimqtt 8.1.0 blocks for, with CPython's socket module as its pool (the library's own
+    CPython path: a timeout is socket.timeout, "no data yet", as on a device that reports EAGAIN)."""
+    import socket as pool
+
+    import adafruit_minimqtt.adafruit_minimqtt as mm
+
+    rows = []
+
+    def timed(label, fn):
+        t0 = time.perf_counter()
+        try:
+            fn()
+            note = "ok"
+        except Exception as exc:  # the failure is the point of the measurement
+            note = type(exc).__name__
+        rows.append((label, (time.perf_counter() - t0) * 1000, note))
+
+    c = mm.MQTT(broker="127.0.0.1", port=broker.port, socket_pool=pool, socket_timeout=0.05, recv_timeout=0.5,
+                connect_retries=1, client_id="bench-mm")
+    timed("minimqtt connect, broker up (socket_timeout 0.05)", c.connect)
+    timed("minimqtt loop(0.05) idle, connected", lambda: c.loop(0.05))
+    broker.freeze()
+    try:
+        timed("minimqtt publish qos0, broker stopped", lambda: c.publish("x/y", "1"))
+        c.keep_alive = 1
+        c._last_msg_sent_timestamp = ticks_ms() - 2000
+        timed("minimqtt loop(0.05) when a ping is due, broker stopped (keep_alive 1)", lambda: c.loop(0.05))
+        try:
+            c._close_socket()
+        except Exception:
+            pass
+        c._is_connected = False
+        c2 = mm.MQTT(broker="127.0.0.1", port=broker.port, socket_pool=pool, socket_timeout=0.05, recv_timeout=0.5,
+                     connect_retries=1, client_id="bench-mm2")
+        timed("minimqtt connect, broker stopped (socket_timeout 0.05, recv_timeout 0.5, 1 try)", c2.connect)
+        c3 = mm.MQTT(broker="127.0.0.1", port=broker.port, socket_pool=pool, connect_retries=1,
+                     client_id="bench-mm3")
+        timed("minimqtt connect, broker stopped (defaults but 1 try: socket_timeout 1, recv_timeout 10)", c3.connect)
+    finally:
+        broker.resume()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--skip-minimqtt", action="store_true")
+    args = ap.parse_args()
+    secs = args.seconds
+    tmp = tempfile.mkdtemp(prefix="bench-mqtt-")
+    certs = make_ca(os.path.join(tmp, "ca"))
+    ca_pem = open(certs["ca.crt"]).read()
+    broker = Broker(os.path.join(tmp, "broker"), tls=certs).start()
+    rows = []
+    try:
+        rows.append(scenario("connected, telemetry every 1 s", tmp, secs, broker, prepare=connect_first))
+        rows.append(scenario("connected over TLS (custom CA), incl. handshake", tmp, secs, broker,
+                             port=broker.tls_port, tls=True, ca_pem=ca_pem, host="localhost"))
+        dead = Broker(os.path.join(tmp, "dead"))  # configured, never started: connection refused
+        rows.append(scenario("broker down (connection refused)", tmp, secs, port=dead.port))
+
+        def freeze_after(svc, sup, bus, values):
+            connect_first(svc, sup, bus, values)
+            broker.freeze()
+
+        try:
+            rows.append(scenario("black-holed (SIGSTOP) after connecting", tmp, secs, broker, prepare=freeze_after))
+        finally:
+            broker.resume()
+        flap = {"next": 0.5, "up": True}
+
+        def flapping(t):
+            if t >= flap["next"]:
+                if flap["up"]:
+                    broker.stop()
+                else:
+                    broker.start()
+                flap["up"] = not flap["up"]
+                flap["next"] = t + 0.7
+
+        try:
+            rows.append(scenario("flapping (stop/start every 0.7 s)", tmp, secs, broker, prepare=connect_first,
+                                 during=flapping))
+        finally:
+            if broker.proc is None:
+                broker.start()
+        mm_rows = [] if args.skip_minimqtt else minimqtt_figures(broker)
+    finally:
+        broker.stop()
+    print("MqttService poll() stalls, %.0f s per scenario, host CPython %s" % (secs, sys.version.split()[0]))
+    print("%-50s %9s %9s %9s %7s %8s %8s %-10s %s" % ("scenario", "sup_worst", "worst_ms", "p99_ms", "polls",
+                                                       "connects", "failures", "state", "last_error"))
+    for r in rows:
+        print("%-50s %9d %9.2f %9.3f %7d %8d %8d %-10s %s" % r)
+    if mm_rows:
+        print("\nadafruit_minimqtt 8.1.0 for comparison (one call each):")
+        for label, ms, note in mm_rows:
+            print("  %-90s %9.1f ms  %s" % (label, ms, note))
+
+
+if __name__ == "__main__":
+    main()

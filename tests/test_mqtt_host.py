@@ -1,0 +1,213 @@
+"""The whole firmware on the host runtime (python -m host) against mosquitto, checked with paho-mqtt, requests and
+aio-wattwaechter: status route, CA routes, state values against /history/latest, TLS switched on through the
+settings API, reconnection after a broker restart, the last will after a kill, no falling energy."""
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+import requests
+from aio_wattwaechter import Wattwaechter
+from aio_wattwaechter.exceptions import WattwaechterNotFoundError, WattwaechterRateLimitError
+
+from tests.hostproc import HostProcess
+from tests.mqtt_peers import Broker, Subscriber, make_ca
+
+pytestmark = pytest.mark.slow
+DEV = "024d50000001"   # the host runtime's MAC
+PREFIX = "meterplus/" + DEV
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_ca(str(tmp_path_factory.mktemp("ca")))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, certs):
+    b = Broker(str(tmp_path_factory.mktemp("broker")), tls=certs).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def sub(broker):
+    s = Subscriber(broker.port, topics=(PREFIX + "/#", "homeassistant/#"), client_id="host-test-sub")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory, broker, sub):
+    h = HostProcess(tmp_path_factory.mktemp("drive"), settings={
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1}})
+    h.start()
+    yield h
+    h.stop()
+
+
+def status(host):
+    return host.get("/api/v1/mqtt/status")[1]
+
+
+def wait_status(host, pred, timeout=30):
+    """The first /mqtt/status with pred(status) true; one request per 0.5 s keeps under the 25-per-10-s limit."""
+    def probe():
+        code, st, _h = host.get("/api/v1/mqtt/status")
+        return st if code == 200 and pred(st) else None
+    return host.wait_for(probe, timeout=timeout, interval=0.5)
+
+
+def wait_state(host, state, timeout=30):
+    return wait_status(host, lambda st: st["state"] == state, timeout)
+
+
+def client_call(host, fn):
+    """fn(Wattwaechter) with the published client; a 429 is honoured (wait, retry) as the spec asks clients."""
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            ww = Wattwaechter("127.0.0.1:%d" % host.port, session=session)
+            for _ in range(5):
+                try:
+                    return await fn(ww)
+                except WattwaechterRateLimitError:
+                    await asyncio.sleep(10)
+            return await fn(ww)
+    return asyncio.run(go())
+
+
+def call(method, url, **kw):
+    """requests.request that honours 429 + Retry-After."""
+    for _ in range(5):
+        r = requests.request(method, url, timeout=10, **kw)
+        if r.status_code != 429:
+            return r
+        time.sleep(int(r.headers.get("Retry-After", "10")))
+    return r
+
+
+def test_status_route_and_the_published_client(host):
+    st = wait_state(host, "CONNECTED")
+    assert st["client_id"] == "meterplus-" + DEV and st["use_tls"] is False and "password" not in st
+    got = client_call(host, lambda ww: ww.mqtt_status())
+    assert got.connected and got.reconnect_attempts == 0 and got.last_error == 0
+
+
+def test_state_values_match_history_latest(host, sub):
+    sub.wait_for(lambda t, p: t == PREFIX + "/state" and b"import_total" in p, timeout=30)
+    for _ in range(40):
+        time.sleep(0.4)
+        code, latest, _h = host.get("/api/v1/history/latest")
+        states = [m for m in sub.snapshot() if m[0] == PREFIX + "/state"]
+        if code == 200 and states:
+            state = json.loads(states[-1][1])
+            want = {"import_total": latest["1.8.0"]["value"], "power": latest["16.7.0"]["value"]}
+            if "2.8.0" in latest:
+                want["export_total"] = latest["2.8.0"]["value"]
+            if all(state.get(k) == v for k, v in want.items()):
+                return
+    pytest.fail("no MQTT state matched /history/latest: %r vs %r" % (states[-3:], latest))
+
+
+def test_discovery_configs_are_retained_with_ha_keys(host, broker):
+    wait_state(host, "CONNECTED")
+    late = Subscriber(broker.port, topics=("homeassistant/sensor/meterplus_%s/+/config" % DEV,), client_id="late")
+    try:
+        late.wait_for(lambda t, p: t.endswith("/import_total/config"), timeout=30)
+        time.sleep(0.5)
+        configs = {m[0]: json.loads(m[1]) for m in late.snapshot() if m[2]}
+    finally:
+        late.close()
+    imp = configs["homeassistant/sensor/meterplus_%s/import_total/config" % DEV]
+    assert (imp["device_class"], imp["state_class"], imp["unit_of_measurement"]) == ("energy", "total_increasing",
+                                                                                     "kWh")
+    assert imp["name"] == "Bezug gesamt"  # default language German
+    assert imp["device"]["configuration_url"] == "http://127.0.0.1:%d/" % host.port
+    assert imp["device"]["name"] == "Meter Plus" and imp["device"]["sw_version"]
+    power = configs["homeassistant/sensor/meterplus_%s/power/config" % DEV]
+    assert (power["device_class"], power["state_class"], power["unit_of_measurement"]) == ("power", "measurement",
+                                                                                           "W")
+
+
+def test_ca_routes(host, certs):
+    url = host.url + "/api/v1/mqtt/ca"
+    pem = open(certs["ca.crt"]).read()
+    assert call("GET", url).json() == {"has_custom_cert": False, "bundle_size": 0, "custom_size": 0}
+    r = call("DELETE", url)
+    assert r.status_code == 404 and "error" in r.json()
+    r = call("POST", url, data="not a certificate", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400 and "PEM" in r.json()["error"]
+    r = call("POST", url, data=pem + " " * 5000, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 413 and "error" in r.json()
+    r = call("POST", url, json={"cert": pem})
+    assert r.status_code == 400
+    r = call("POST", url, data=pem, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 200 and r.json()["success"] is True
+    st = call("GET", url).json()
+    assert st["has_custom_cert"] is True and st["custom_size"] == len(pem.strip()) + 1
+    # aio-wattwaechter sends {"certificate": ...}; it deletes through the same route.
+    up = client_call(host, lambda ww: ww.mqtt_ca_upload(pem))
+    assert up.success and up.bundle_size == st["custom_size"]
+    with open(host.state + "/mqtt_ca.pem") as f:
+        assert f.read() == pem.strip() + "\n"
+    gone = client_call(host, lambda ww: ww.mqtt_ca_delete())
+    assert gone.success
+    with pytest.raises(WattwaechterNotFoundError):
+        client_call(host, lambda ww: ww.mqtt_ca_delete())
+
+
+def test_tls_through_the_settings_api(host, broker, certs):
+    r = call("POST", host.url + "/api/v1/mqtt/ca", data=open(certs["ca.crt"]).read(),
+                      headers={"Content-Type": "text/plain"})
+    assert r.status_code == 200
+    tls_sub = Subscriber(None, topics=(PREFIX + "/status",), client_id="tls-sub", tls_ca=certs["ca.crt"],
+                         tls_port=broker.tls_port)
+    try:
+        r = call("POST", host.url + "/api/v1/settings",
+                          json={"mqtt": {"host": "localhost", "port": broker.tls_port, "use_tls": True}})
+        assert r.status_code == 200, r.text
+        st = wait_status(host, lambda st: st["port"] == broker.tls_port and st["state"] == "CONNECTED")
+        assert st["use_tls"] is True
+        tls_sub.wait_for(lambda t, p: p == b"online", timeout=10)
+    finally:
+        tls_sub.close()
+        call("POST", host.url + "/api/v1/settings",
+                      json={"mqtt": {"host": "127.0.0.1", "port": broker.port, "use_tls": False}})
+        call("DELETE", host.url + "/api/v1/mqtt/ca")
+    wait_state(host, "CONNECTED")
+    assert status(host)["port"] == broker.port
+
+
+def test_reconnects_after_a_broker_restart(host, broker, sub):
+    wait_state(host, "CONNECTED")
+    broker.restart()
+    st = wait_status(host, lambda st: st["state"] == "CONNECTED" and st["reconnect_attempts"] >= 1)
+    assert st["last_error"] == 0
+    sub.wait_for(lambda t, p: t == PREFIX + "/status" and p == b"online", timeout=10)
+
+
+def test_no_falling_energy_in_the_whole_session(host, sub):
+    values = [float(m[1]) for m in sub.snapshot() if m[0] == PREFIX + "/import_total"]
+    assert values and values == sorted(values) and values[0] > 0
+
+
+def test_last_will_after_the_firmware_is_killed(tmp_path, broker):
+    h = HostProcess(tmp_path / "drive", settings={
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "killtest"}})
+    s = Subscriber(broker.port, topics=("killtest/status",), client_id="will-sub")
+    try:
+        h.start()
+        s.wait_for(lambda t, p: p == b"online", timeout=30)
+        h.kill()
+        s.wait_for(lambda t, p: p == b"offline", timeout=10)
+    finally:
+        s.close()
+        h.kill() if h.proc and h.proc.poll() is None else None
+    late = Subscriber(broker.port, topics=("killtest/status",), client_id="will-late")
+    try:
+        msg = late.wait_for(lambda t, p: True, timeout=5)
+        assert msg[1] == b"offline" and msg[2] is True  # retained
+    finally:
+        late.close()
