@@ -330,5 +330,5 @@ def _fill_nonce(buf, now_ms):
         import os
 
         buf[:] = os.urandom(8)
-    except (ImportError, AttributeError, NotImplementedError):
+    except (ImportError, AttributeError, NotImplementedError, OSError):
         buf[:] = struct.pack(">II", now_ms & 0xFFFFFFFF, id(buf) & 0xFFFFFFFF)

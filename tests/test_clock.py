@@ -358,3 +358,84 @@ def test_hostenv_clock_follows_the_simulated_speed(servers):
         assert abs(c.time(t_sync) - now()) <= 30  # both run 1000 times faster than the computer
     finally:
         _hostenv.set_speed(old)
+
+
+def test_clock_state_machine_in_micropython_vm():
+    from tools.mpvm import MicroVM
+
+    # A reply template from the real server code; the fake socket inside the VM echoes the request's nonce.
+    template = reply(bytes([0x23]) + bytes(47), E2030 + 0.5, E2030 + 0.25)
+    code = """
+import errno
+from core import clock, module
+from core.bus import Bus
+from core.settings import Settings
+
+class Sock:
+    def __init__(self):
+        self.req = None
+        self.polls = 0
+        self.closed = False
+    def setblocking(self, flag):
+        self.blocking = flag
+    def sendto(self, data, addr):
+        self.req = bytes(data)
+        self.addr = addr
+    def recvfrom_into(self, buf):
+        self.polls += 1
+        if self.req is None or self.polls < 3:
+            raise OSError(errno.EAGAIN)
+        out = bytearray(TEMPLATE)
+        out[24:32] = self.req[40:48]
+        buf[0:48] = out
+        self.req = None
+        return 48, self.addr
+    def close(self):
+        self.closed = True
+
+class Pool:
+    AF_INET = 2
+    SOCK_DGRAM = 2
+    def __init__(self):
+        self.socks = []
+    def getaddrinfo(self, host, port):
+        if host == "down.example":
+            raise OSError(-2)
+        return [(2, 2, 17, "", ("10.0.0.1", port))]
+    def socket(self, fam, typ):
+        s = Sock()
+        self.socks.append(s)
+        return s
+
+class Rtc:
+    datetime = None
+
+TEMPLATE = %r
+bus = Bus()
+pool = Pool()
+c = clock.Clock(pool, Settings(), bus=bus, rtc=Rtc(), server="down.example", backups=("ntp.example:4123",))
+c.TABLE = "/input/core/tz.dat"
+c.start()
+now = 1000
+print("T0", c.synced, c.time(now), c.describe()["synced"])
+for i in range(6):
+    c.poll(now)
+    now += 10
+print("SYNC", c.synced, c.server, c.counters.get("dns_errors"), c.time(now) - %d, pool.socks[0].closed)
+print("ADDR", pool.socks[0].addr, pool.socks[0].blocking)
+print("LOCAL", c.offset_min(c.time(now)), c.local(c.time(now)) - c.time(now))
+d = c.describe()
+print("DESC", d["synced"], d["timezone"], d["utc_offset_min"], d["state"] == module.OK)
+import time
+print("RTC", c.counters.get("rtc_errors", 0), hasattr(time, "struct_time"), Rtc.datetime is not None)
+""" % (template, E2030)
+    with MicroVM() as vm:
+        out, _fuel = vm.run(code)
+    lines = out.split("\n")
+    assert "T0 False None False" in lines
+    assert "SYNC True ntp.example:4123 1 0 True" in lines, out
+    assert "ADDR ('10.0.0.1', 4123) False" in lines
+    assert "LOCAL 120 7200" in lines
+    assert "DESC True Europe/Berlin 120 True" in lines
+    # MicroPython's time module has no struct_time (CircuitPython's has): the RTC write is counted, not fatal.
+    assert "RTC 1 False False" in lines or "RTC 0 True True" in lines, out
