@@ -1,0 +1,88 @@
+"""host/cp/ssl.py: CircuitPython's ssl API over the socketpool stand-in, with the device's rules (cadata replaces
+the bundle, EAGAIN when non-blocking, mbedTLS error codes, one place in the 8-socket budget), against mosquitto."""
+
+import errno
+import time
+
+import pytest
+import socketpool
+import wifi
+
+from services import mqtt as m
+from tests.mqtt_peers import Broker, device_ssl, make_ca
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_ca(str(tmp_path_factory.mktemp("ca")))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, certs):
+    b = Broker(str(tmp_path_factory.mktemp("broker")), tls=certs).start()
+    yield b
+    b.stop()
+
+
+def test_cadata_connect_nonblocking_recv_and_socket_budget(broker, certs):
+    ssl = device_ssl()
+    pool = socketpool.SocketPool(wifi.radio)
+    before = socketpool.open_count()
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cadata=open(certs["ca.crt"]).read())
+    sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="localhost")
+    assert socketpool.open_count() == before + 1  # the TLS socket is still one socket
+    sock.settimeout(2)
+    sock.connect(("127.0.0.1", broker.tls_port))
+    sock.settimeout(0)
+    buf = bytearray(4)
+    with pytest.raises(OSError) as e:
+        sock.recv_into(buf)
+    assert e.value.errno == errno.EAGAIN
+    sock.send(m.connect_packet("ssl-test", "t/status", "offline", "", "", 30))
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            n = sock.recv_into(buf)
+            break
+        except OSError as exc:
+            assert exc.errno == errno.EAGAIN
+            time.sleep(0.01)
+    assert n == 4 and bytes(buf) == b"\x20\x02\x00\x00"
+    sock.close()
+    assert socketpool.open_count() == before
+
+
+def test_verification_failures_are_mbedtls_codes(broker, certs, tmp_path):
+    ssl = device_ssl()
+    pool = socketpool.SocketPool(wifi.radio)
+    other = make_ca(str(tmp_path / "other"))
+    for cadata, host in ((open(other["ca.crt"]).read(), "localhost"),   # wrong CA
+                         (open(certs["ca.crt"]).read(), "meter.example"),  # name not in the certificate
+                         (None, "localhost")):                          # built-in bundle only
+        ctx = ssl.create_default_context()
+        if cadata:
+            ctx.load_verify_locations(cadata=cadata)
+        sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname=host)
+        sock.settimeout(2)
+        with pytest.raises(OSError) as e:
+            sock.connect(("127.0.0.1", broker.tls_port))
+        assert e.value.errno == ssl.MBEDTLS_ERR_X509_CERT_VERIFY_FAILED == -0x2700
+        sock.close()
+    assert socketpool.open_count() == 0
+
+
+def test_cpython_users_keep_the_real_ssl(certs):
+    import ssl as imported
+
+    ssl = device_ssl()
+    assert ssl.SSLContext is imported.SSLContext  # requests, paho, aiohttp see CPython's classes
+    ctx = ssl.create_default_context()
+    assert isinstance(ctx, imported.SSLContext)
+    # CPython callers may use cafile; a firmware that did would fail on the device, so the stand-in refuses it.
+    ctx.load_verify_locations(cafile=certs["ca.crt"])
+    raw = socketpool.SocketPool(wifi.radio).socket(2, 1)
+    with pytest.raises(NotImplementedError):
+        ctx.wrap_socket(raw, server_hostname="localhost")
+    raw.close()
+    assert socketpool.open_count() == 0
