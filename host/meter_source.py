@@ -161,10 +161,17 @@ class SerialSource:
 
         self._serial_mod = serial
         self.ser = serial.Serial(device, 9600, bytesize=8, parity="N", stopbits=1, timeout=0)
+        self.setting_errors = 0
 
     def _follow(self, uart):
         if uart is None:
             return
+        try:
+            self._apply(uart)
+        except Exception:  # noqa: BLE001 - a port that refuses a setting (termios.error is no OSError)
+            self.setting_errors += 1
+
+    def _apply(self, uart):
         ser = self.ser
         baud = getattr(uart, "baudrate", 9600)
         if ser.baudrate != baud:

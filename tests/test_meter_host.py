@@ -181,3 +181,36 @@ def test_load_capture_hex_or_binary():
     assert load_capture(b"/EBZ\r\n!") == b"/EBZ\r\n!"
     assert load_capture(b"abc") == b"abc"  # odd-length hex digits are text
     assert binascii.hexlify(load_capture(b"00ff")) == b"00ff"
+
+
+def test_serial_source_reads_a_tty_and_follows_the_uart_settings():
+    import tty
+
+    from host.meter_source import SerialSource
+
+    master, slave = os.openpty()
+    tty.setraw(master)
+    try:
+        src = SerialSource(os.ttyname(slave))
+        tele = load_capture(open(cap("iskra-mt691-1.hex"), "rb").read())
+        os.write(master, tele)
+        got = b""
+        for _ in range(200):
+            got += src.read_available(0.0)
+            if len(got) >= len(tele):
+                break
+            import time
+
+            time.sleep(0.01)
+        assert got == tele
+        uart = type("U", (), {"baudrate": 300, "bits": 8, "parity": None})()
+        src.on_write(b"/?!\r\n", uart)
+        assert src.ser.baudrate == 300 and src.setting_errors == 0
+        assert os.read(master, 16) == b"/?!\r\n"
+        # a pseudo terminal refuses 7E1: counted, never raised into the firmware's UART call
+        uart7 = type("U", (), {"baudrate": 300, "bits": 7, "parity": "EVEN"})()
+        assert src.read_available(0.0, uart7) == b"" and src.setting_errors == 1
+        src.ser.close()
+    finally:
+        os.close(master)
+        os.close(slave)
