@@ -6,6 +6,7 @@ from meter import obis
 from meter.crc import _T, crc16_kermit, crc16_x25
 
 _ESC = b"\x1b\x1b\x1b\x1b"
+_START = b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01"
 _TAG_GET_LIST_RES = const(0x0701)
 _MAX_SID = const(32)
 _SLOT_POWER = const(2)  # obis.ROWS[2] is 16.7.0 (checked by the tests)
@@ -43,7 +44,7 @@ class SmlResult:
         self.error = None
         self.unit_mismatch = 0
         self.dzg_fixed = 0
-        self.shape = 0  # D0 only: fingerprint of codes and digit counts (see meter.d0)
+        self.shape = 0
 
     def has(self, i):
         """True when slot i was decoded."""
@@ -94,7 +95,7 @@ def _skip(b, p, end):
 
 
 def check_frame(b, n):
-    """Verify the transport frame in b[0:n]; return "x25"/"kermit" or None (bad escape, fill count or CRC)."""
+    """Verify start, end escape and CRC of the transport frame in b[0:n]; return "x25", "kermit" or None."""
     if n < 16:
         return None
     for i in range(4):
@@ -137,8 +138,11 @@ def decode_frame(b, n, out, dzg=False, crc=None):
     exceeds a few words allocates that frame on the heap, and the budget is 512 bytes per telegram.
     """
     out.clear()
-    if n < 16 or b[0] != 0x1B or b[3] != 0x1B or b[4] != 1 or b[7] != 1 or b[n - 8] != 0x1B or b[n - 4] != 0x1A:
-        out.error = E_FRAME if n >= 16 else E_SHORT
+    if n < 16:
+        out.error = E_SHORT
+        return False
+    if b.find(_START, 0, 8) != 0 or b.find(_ESC, n - 8, n - 4) != n - 8 or b[n - 4] != 0x1A:
+        out.error = E_FRAME
         return False
     t = _T
     c = 0xFFFF

@@ -86,3 +86,20 @@ def test_messages_must_end_exactly():
     assert not decode_messages(bytearray(msg + b"\x42"), 0, len(msg) + 1, res)
     assert not decode_messages(bytearray(msg[:-1]), 0, len(msg) - 1, res)
     assert not decode_messages(bytearray(b""), 0, 0, res)
+
+
+def test_frame_envelope_is_checked_byte_by_byte():
+    import binascii
+    import os
+
+    from meter.sml import E_FRAME, E_SHORT, decode_frame
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "meter-captures",
+                        "iskra-mt691-1.hex")
+    good = binascii.unhexlify(open(path).read().strip())
+    res = SmlResult()
+    for pos in list(range(8)) + list(range(len(good) - 8, len(good) - 3)):
+        b = bytearray(good)
+        b[pos] ^= 0x40
+        assert not decode_frame(b, len(b), res) and res.error == E_FRAME, pos
+    assert not decode_frame(bytearray(good[:15]), 15, res) and res.error == E_SHORT
