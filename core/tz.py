@@ -57,91 +57,90 @@ def from_civil(y, m, d, hh=0, mm=0, ss=0):
     return days_from_civil(y, m, d) * _DAY + hh * 3600 + mm * 60 + ss
 
 
-def _parse_hms(s, i, lo, hi, what):
-    # [+-]hh[:mm[:ss]] starting at s[i]; returns (seconds, next index).
+# The parser walks the rule as bytes: indexing gives ints, so no per-character string is allocated.
+_PLUS, _MINUS, _COLON, _COMMA, _DOT, _SLASH, _LT, _GT = 43, 45, 58, 44, 46, 47, 60, 62
+
+
+def _digits(b, i):
+    # (value, next index, digit count) of the decimal digits at b[i:].
+    v = 0
+    j = i
+    n = len(b)
+    while j < n and 48 <= b[j] <= 57:
+        v = v * 10 + b[j] - 48
+        j += 1
+    return v, j, j - i
+
+
+def _bad(b, what):
+    return ValueError("bad %s in TZ rule %r" % (what, b.decode()))
+
+
+def _parse_hms(b, i, lo, hi, what):
+    # [+-]hh[:mm[:ss]] at b[i]; returns (seconds, next index).
     sign = 1
-    if i < len(s) and s[i] in "+-":
-        if s[i] == "-":
+    if i < len(b) and (b[i] == _PLUS or b[i] == _MINUS):
+        if b[i] == _MINUS:
             sign = -1
         i += 1
-    parts = []
-    while True:
-        j = i
-        while j < len(s) and "0" <= s[j] <= "9":
-            j += 1
-        if j == i or (parts and j - i != 2) or j - i > 3:
-            raise ValueError("bad %s in TZ rule %r" % (what, s))
-        parts.append(int(s[i:j]))
-        i = j
-        if len(parts) < 3 and i < len(s) and s[i] == ":":
-            i += 1
-            continue
-        break
-    if not lo <= parts[0] <= hi or any(p > 59 for p in parts[1:]):
-        raise ValueError("%s out of range in TZ rule %r" % (what, s))
-    while len(parts) < 3:
-        parts.append(0)
-    return sign * (parts[0] * 3600 + parts[1] * 60 + parts[2]), i
+    h, i, n = _digits(b, i)
+    if not 1 <= n <= 3 or not lo <= h <= hi:
+        raise _bad(b, what)
+    m = sec = 0
+    if i < len(b) and b[i] == _COLON:
+        m, i, n = _digits(b, i + 1)
+        if n != 2 or m > 59:
+            raise _bad(b, what)
+        if i < len(b) and b[i] == _COLON:
+            sec, i, n = _digits(b, i + 1)
+            if n != 2 or sec > 59:
+                raise _bad(b, what)
+    return sign * (h * 3600 + m * 60 + sec), i
 
 
-def _parse_name(s, i):
+def _parse_name(b, i):
     # Either <...> (quoted: letters, digits, + and -) or three or more letters.
-    if i < len(s) and s[i] == "<":
-        j = s.find(">", i)
-        if j < 0 or j - i - 1 < 3:
-            raise ValueError("bad quoted zone name in TZ rule %r" % s)
-        return s[i + 1:j], j + 1
+    if i < len(b) and b[i] == _LT:
+        j = b.find(b">", i)
+        if j - i - 1 < 3:
+            raise _bad(b, "quoted zone name")
+        return b[i + 1:j].decode(), j + 1
     j = i
-    while j < len(s) and ("A" <= s[j] <= "Z" or "a" <= s[j] <= "z"):
+    while j < len(b) and (65 <= b[j] <= 90 or 97 <= b[j] <= 122):
         j += 1
     if j - i < 3:
-        raise ValueError("bad zone name in TZ rule %r" % s)
-    return s[i:j], j
+        raise _bad(b, "zone name")
+    return b[i:j].decode(), j
 
 
-def _parse_date(s, i):
+def _parse_date(b, i):
     # Mm.w.d | Jn | n, then optional /time; returns ((kind, a, b, c, secs), next index).
-    if i < len(s) and s[i] == "M":
-        vals = []
-        i += 1
-        for k in range(3):
-            j = i
-            while j < len(s) and "0" <= s[j] <= "9":
-                j += 1
-            if j == i:
-                raise ValueError("bad M date in TZ rule %r" % s)
-            vals.append(int(s[i:j]))
-            i = j
-            if k < 2:
-                if i >= len(s) or s[i] != ".":
-                    raise ValueError("bad M date in TZ rule %r" % s)
-                i += 1
-        m, w, d = vals
-        if not (1 <= m <= 12 and 1 <= w <= 5 and 0 <= d <= 6):
-            raise ValueError("M date out of range in TZ rule %r" % s)
-        spec = [0, m, w, d]
+    if i < len(b) and b[i] == 77:  # M
+        m, i, n1 = _digits(b, i + 1)
+        if i >= len(b) or b[i] != _DOT:
+            raise _bad(b, "M date")
+        w, i, n2 = _digits(b, i + 1)
+        if i >= len(b) or b[i] != _DOT:
+            raise _bad(b, "M date")
+        d, i, n3 = _digits(b, i + 1)
+        if not (n1 and n2 and n3 and 1 <= m <= 12 and 1 <= w <= 5 and 0 <= d <= 6):
+            raise _bad(b, "M date")
+        kind, x, y, z = 0, m, w, d
     else:
         kind = 2
         lo = 0
-        if i < len(s) and s[i] == "J":
+        if i < len(b) and b[i] == 74:  # J
             kind = 1
             lo = 1
             i += 1
-        j = i
-        while j < len(s) and "0" <= s[j] <= "9":
-            j += 1
-        if j == i:
-            raise ValueError("bad day in TZ rule %r" % s)
-        n = int(s[i:j])
-        if not lo <= n <= 365:
-            raise ValueError("day out of range in TZ rule %r" % s)
-        i = j
-        spec = [kind, n, 0, 0]
+        x, i, n = _digits(b, i)
+        if not n or not lo <= x <= 365:
+            raise _bad(b, "day")
+        y = z = 0
     secs = 7200
-    if i < len(s) and s[i] == "/":
-        secs, i = _parse_hms(s, i + 1, 0, 167, "transition time")
-    spec.append(secs)
-    return tuple(spec), i
+    if i < len(b) and b[i] == _SLASH:
+        secs, i = _parse_hms(b, i + 1, 0, 167, "transition time")
+    return (kind, x, y, z, secs), i
 
 
 class Rule:
@@ -149,7 +148,7 @@ class Rule:
 
     def __init__(self, text):
         self.text = text
-        s = text
+        s = text.encode()
         self.std_name, i = _parse_name(s, 0)
         posix, i = _parse_hms(s, i, 0, 24, "offset")
         self.std = -posix
@@ -163,18 +162,18 @@ class Rule:
             return
         self.dst_name, i = _parse_name(s, i)
         self.dst = self.std + 3600
-        if i < len(s) and s[i] != ",":
+        if i < len(s) and s[i] != _COMMA:
             posix, i = _parse_hms(s, i, 0, 24, "DST offset")
             self.dst = -posix
-        if i >= len(s) or s[i] != ",":
+        if i >= len(s) or s[i] != _COMMA:
             # POSIX leaves the default rule to the implementation; zoneinfo refuses it too.
-            raise ValueError("TZ rule %r names DST but gives no start and end" % s)
+            raise ValueError("TZ rule %r names DST but gives no start and end" % text)
         self.start, i = _parse_date(s, i + 1)
-        if i >= len(s) or s[i] != ",":
-            raise ValueError("TZ rule %r lacks a DST end" % s)
+        if i >= len(s) or s[i] != _COMMA:
+            raise ValueError("TZ rule %r lacks a DST end" % text)
         self.end, i = _parse_date(s, i + 1)
         if i != len(s):
-            raise ValueError("trailing characters in TZ rule %r" % s)
+            raise ValueError("trailing characters in TZ rule %r" % text)
 
     def _wall(self, spec, y):
         # Local wall seconds (as if UTC) of a transition in year y.
