@@ -32,7 +32,8 @@ def parse_ct(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     tenths = int(round(value * 10))
-    if abs(value * 10 - tenths) > 1e-6 or not 10 <= tenths <= 100000:
+    # CircuitPython floats carry ~7 digits: 9999.9 * 10 may come out as 99998.99; steps are 1 apart
+    if abs(value * 10 - tenths) > 0.05 or not 10 <= tenths <= 100000:
         return None
     return tenths
 

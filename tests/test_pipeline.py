@@ -99,6 +99,7 @@ def test_parse_settings():
     assert parse_median(0) == 1 and parse_median("Off") == 1 and parse_median(9) == 9
     assert parse_median(4) is None and parse_median(True) is None and parse_median("5") is None
     assert parse_ct(1) == 10 and parse_ct(2.5) == 25 and parse_ct(10000) == 100000 and parse_ct(1.1) == 11
+    assert parse_ct(9999.9) == 99999 and parse_ct(1.05) is None
     assert parse_ct(0.5) is None and parse_ct(10000.1) is None and parse_ct(1.25) is None and parse_ct("2") is None
 
 
