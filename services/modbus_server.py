@@ -206,7 +206,7 @@ class ModbusServer(Module):
         c.peer = None
 
     def poll(self, now_ms):
-        """Follow settings and the latest Reading, accept one client, and do one transaction per client."""
+        """Follow settings and the latest Reading, do one transaction per client, then accept one client."""
         changed = False
         while self._changes.pop() is not None:
             changed = True
@@ -221,10 +221,12 @@ class ModbusServer(Module):
             self.map.update(reading)
         if self._listen is None:
             return
-        self._accept(now_ms)
+        # clients first: a client that just hung up frees its slot before a newcomer is judged, so a
+        # reconnect right after a close (pysunspec2 scan, evcc retry) is not refused as a third client
         for c in self._clients:
             if c.sock is not None:
                 self._serve(c, now_ms)
+        self._accept(now_ms)
         self.state = WARN if self.map.overflow else OK
 
     def _accept(self, now_ms):

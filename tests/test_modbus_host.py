@@ -64,9 +64,9 @@ def test_pysunspec2_scan_matches_history_latest(host):
         common = dev.common[0]
         assert common.Mn.cvalue == "Meter Plus" and common.SN.cvalue and common.Vr.cvalue
         meter = dev.models[203][0]
+        dev.connect()             # scan() disconnected; one connection for all attempts
         for _attempt in range(20):
             before = latest(host)
-            dev.connect()
             meter.read()          # one transaction: values and scale factors of the same image
             after = latest(host)
             if before == after:
@@ -78,7 +78,7 @@ def test_pysunspec2_scan_matches_history_latest(host):
         assert abs(meter.TotWhImp.cvalue - after["1.8.0"]["value"] * 1000) <= 0.5 * sf + 1e-6
         assert abs(meter.TotWhExp.cvalue - after["2.8.0"]["value"] * 1000) <= 0.5 * sf + 1e-6
     finally:
-        dev.close()
+        dev.disconnect()   # close() is a no-op for TCP in pysunspec2
 
 
 def test_pymodbus_exception_cases(host):
@@ -157,7 +157,7 @@ def test_enable_and_disable_by_settings_post(tmp_path):
         dev = device(h)
         dev.scan()
         assert 213 in dev.models
-        dev.close()
+        dev.disconnect()   # close() is a no-op for TCP in pysunspec2
         post({"modbus": {"enable": False}})
         h.wait_for(lambda: not h.get("/api/v1/modbus/status")[1]["running"])
         assert refused()

@@ -248,7 +248,7 @@ def test_pysunspec2_scans_models_1_and_203(srv):
         assert meter.TotWhImp.cvalue == 12345679 and meter.TotWhExp.cvalue == 432100
         assert meter.WphB.cvalue is None
     finally:
-        dev.close()
+        dev.disconnect()   # close() is a no-op for TCP in pysunspec2
 
 
 def test_model_213_by_setting_and_staleness(srv):
@@ -263,7 +263,7 @@ def test_model_213_by_setting_and_staleness(srv):
         meter.read()
         assert meter.W.cvalue is None and meter.TotWhImp.cvalue is None
     finally:
-        dev.close()
+        dev.disconnect()   # close() is a no-op for TCP in pysunspec2
 
 
 def test_third_client_is_refused_and_the_two_keep_working(srv):
@@ -408,7 +408,11 @@ def test_one_transaction_per_client_per_poll():
         s.sendall(read_req(1, BASE, 1) + read_req(2, BASE, 1) + read_req(3, BASE, 1))
         time.sleep(0.05)
         s.setblocking(False)
-        h.server.poll(ticks_ms())          # accepts and answers the first request only
+        h.server.poll(ticks_ms())          # accepts: clients are served before newcomers are accepted
+        time.sleep(0.05)
+        with pytest.raises(BlockingIOError):
+            s.recv(1000)
+        h.server.poll(ticks_ms())          # answers the first request only
         time.sleep(0.05)
         assert len(s.recv(1000)) == 11
         for tid in (2, 3):
@@ -453,3 +457,27 @@ def test_a_reading_older_than_15_s_is_never_served_even_without_the_pipelines_no
         assert c.read_holding_registers(BASE + 88, count=1).registers == [0x10000 - 1234]
     finally:
         c.close()
+
+
+def test_a_reconnect_right_after_a_close_takes_the_freed_slot():
+    h = Harness(thread=False)
+    try:
+        a, b = raw(h), raw(h)
+        time.sleep(0.05)
+        h.server.poll(ticks_ms())
+        h.server.poll(ticks_ms())
+        assert h.server.active_connections() == 2
+        b.close()
+        c = raw(h)                 # arrives before the server has seen b's close
+        time.sleep(0.05)
+        h.server.poll(ticks_ms())  # one cycle: b's slot is freed, then c is accepted
+        assert h.server.active_connections() == 2 and not h.server.counters.get("refused")
+        c.sendall(read_req(1, BASE, 2))
+        time.sleep(0.05)
+        h.server.poll(ticks_ms())
+        assert recv_exact(c, 13)[9:] == b"SunS"
+        a.close()
+        c.close()
+    finally:
+        h.close()
+    assert socketpool.open_count() == 0
