@@ -159,6 +159,7 @@ class HardenedServer(Server):
     max_head_bytes = 2048
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
+    send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
 
     def __init__(self, socket_source, dispatch, ticks=ticks_ms, log=None):
         Server.__init__(self, socket_source, root_path=None, debug=False)
@@ -414,7 +415,8 @@ class HardenedServer(Server):
         if not ticks_less(now, c.deadline) or ticks_diff(now, c.progress) >= self.send_stall_ms:
             self._count("send_timeouts")
             return False
-        while True:
+        budget = self.send_per_poll
+        while budget > 0:
             pending = len(c.out) - c.sent
             if pending < _CHUNK_REFILL and c.chunks is not None:
                 if c.sent:
@@ -438,6 +440,9 @@ class HardenedServer(Server):
                 return True
             c.progress = now
             c.sent += n
+            budget -= n
+        if budget <= 0:
+            return True
         if c.chunks is not None:
             return True
         if c.drain_left <= 0:
