@@ -259,12 +259,12 @@ class ModbusServer(Module):
     def _serve(self, c, now_ms):
         """One step for one client: finish a pending reply, else read and answer at most one frame."""
         sock = c.sock
+        if ticks_diff(now_ms, c.last_ms) >= self.idle_ms:
+            self.count("idle_closed")     # also a client that stopped reading its answers
+            self._drop(c)
+            return
         if c.txn:
             self._send(c)
-            return
-        if ticks_diff(now_ms, c.last_ms) >= self.idle_ms:
-            self.count("idle_closed")
-            self._drop(c)
             return
         if c.rxn < _FRAME_MAX:
             try:

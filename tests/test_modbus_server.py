@@ -481,3 +481,34 @@ def test_a_reconnect_right_after_a_close_takes_the_freed_slot():
     finally:
         h.close()
     assert socketpool.open_count() == 0
+
+
+def test_a_client_that_stops_reading_blocks_nobody_and_is_closed_when_idle(srv):
+    lazy = socket.socket()
+    lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    lazy.connect(("127.0.0.1", srv.port))
+    lazy.settimeout(2)
+    srv.settle()
+    for c in srv.server._clients:
+        if c.sock is not None:
+            c.sock._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024)
+    good = client(srv)
+    try:
+        lazy.setblocking(False)
+        sent = 0
+        req = read_req(1, BASE, 125)
+        for _ in range(2000):          # 2000 x 259 bytes of answers that are never read
+            try:
+                sent += lazy.send(req)
+            except BlockingIOError:
+                break
+        srv.settle(50)
+        assert any(c.txn for c in srv.server._clients)         # its answer waits in the server, unsent
+        assert not good.read_holding_registers(BASE, count=125).isError()
+        srv.skew_ms = 301000
+        srv.settle(20)
+        assert srv.server.counters["idle_closed"] >= 1
+        assert srv.server.active_connections() == 0            # good was idle as well by then
+    finally:
+        good.close()
+        lazy.close()
