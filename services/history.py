@@ -277,7 +277,7 @@ class History(Module):
         store = self.store
 
         def body():
-            return hs.high_res_json((store.records(hs.HR, snap), ram), day)
+            return hs.high_res_json((store.records(hs.HR, snap, day, day + 1, True), ram), day)
         return body
 
     def low_res(self, first_day, days):
@@ -288,7 +288,7 @@ class History(Module):
         store = self.store
 
         def body():
-            return hs.low_res_json((store.records(hs.LR, snap), ram, tail), first_day, days)
+            return hs.low_res_json((store.records(hs.LR, snap, first_day, first_day + days, True), ram, tail), first_day, days)
         return body
 
     def describe(self):

@@ -7,7 +7,6 @@ from binascii import crc32
 from micropython import const
 
 from core.tz import civil_from_days
-from meter.decimal import to_str
 
 # File layout (little-endian), see docs/history.md:
 #   header (64 bytes): magic "MPH\x01", version u16, record size u16, HighRes slots u16, LowRes slots u16,
@@ -34,6 +33,7 @@ F_REBASE = const(4)   # ctRatio changed or the counter went back: energy counted
 F_NO_EXPORT = const(8)  # the meter has no export register
 
 _FILL = const(512)    # bytes per write when preallocating
+READ_BATCH = const(16)  # slots read per open while streaming an answer (896 bytes of buffer)
 
 
 def _seed(kind):
@@ -45,13 +45,13 @@ def pack_into(buf, kind, seq, rec):
     """Pack rec = (seq, t, day, power, off, flags, a, b, c, d) into buf (REC_SIZE bytes) with seq in place of rec[0]."""
     struct.pack_into(REC_FMT, buf, 0, seq, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8],
                      rec[9], 0)
-    struct.pack_into("<I", buf, REC_SIZE - 4, crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)) & 0xFFFFFFFF)
+    struct.pack_into("<I", buf, REC_SIZE - 4, crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)))
 
 
-def unpack(buf, kind):
-    """(seq, t, day, power, off, flags, a, b, c, d) of a valid record in buf, or None when its CRC fails."""
-    v = struct.unpack_from(REC_FMT, buf, 0)
-    if v[10] != crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)) & 0xFFFFFFFF or v[0] == 0:
+def unpack(buf, kind, at=0):
+    """(seq, t, day, power, off, flags, a, b, c, d) of a valid record at buf[at:], or None when its CRC fails."""
+    v = struct.unpack_from(REC_FMT, buf, at)
+    if v[10] != crc32(memoryview(buf)[at:at + REC_SIZE - 4], _seed(kind)) or v[0] == 0:
         return None
     return v[:10]
 
@@ -60,7 +60,7 @@ def header_bytes(hr_cap, lr_cap):
     """The 64-byte file header for the current format."""
     h = bytearray(HEADER_SIZE)
     struct.pack_into(_HDR_FMT, h, 0, MAGIC, VERSION, REC_SIZE, hr_cap, lr_cap)
-    struct.pack_into("<I", h, HEADER_SIZE - 4, crc32(memoryview(h)[:HEADER_SIZE - 4]) & 0xFFFFFFFF)
+    struct.pack_into("<I", h, HEADER_SIZE - 4, crc32(memoryview(h)[:HEADER_SIZE - 4]))
     return h
 
 
@@ -68,7 +68,7 @@ def parse_header(h):
     """(version, record size, hr_cap, lr_cap) of a header whose magic and CRC hold, else None."""
     if len(h) < HEADER_SIZE or h[:3] != MAGIC[:3]:
         return None
-    if struct.unpack_from("<I", h, HEADER_SIZE - 4)[0] != crc32(memoryview(h)[:HEADER_SIZE - 4]) & 0xFFFFFFFF:
+    if struct.unpack_from("<I", h, HEADER_SIZE - 4)[0] != crc32(memoryview(h)[:HEADER_SIZE - 4]):
         return None
     _m, ver, rsize, hc, lc = struct.unpack_from(_HDR_FMT, h, 0)
     return ver, rsize, hc, lc
@@ -116,26 +116,57 @@ class Ring:
             self.head = (best + 1) % self.cap
             self.next_seq = self.last[0] + 1
 
-    def records(self, f, buf, max_seq=0xFFFFFFFF):
-        """Readable records oldest first, skipping torn ones and any written after max_seq."""
+    def records(self, opener, path, buf, max_seq=0xFFFFFFFF, first_day=-(1 << 30), end_day=1 << 30, ticks=False):
+        """Readable records oldest first, skipping torn ones, any written after max_seq and days outside
+        [first_day, end_day) (tested on the raw field before the CRC, so skipping costs no allocation).
+        With ticks, None is yielded after every read: a streamed answer gives the loop back between reads.
+
+        Reads len(buf) // REC_SIZE slots per open of the file and holds no file open while it yields: an answer
+        streamed over many polls neither pins a file handle nor blocks a flush in between.
+        """
+        per = len(buf) // REC_SIZE
         last_seq = 0
         last_t = -1
-        for i in range(self.cap):
-            slot = (self.head + i) % self.cap
-            f.seek(self.base + slot * REC_SIZE)
-            if f.readinto(buf) != REC_SIZE:
-                continue
-            r = unpack(buf, self.kind)
-            # Ordered by seq and time: a stale record from an earlier life of the ring is skipped, not misplaced.
-            if r is None or r[0] > max_seq or r[0] <= last_seq or r[1] <= last_t:
-                continue
-            last_seq = r[0]
-            last_t = r[1]
-            yield r
+        i = 0
+        cap = self.cap
+        while i < cap:
+            slot = (self.head + i) % cap
+            n = per
+            if n > cap - i:
+                n = cap - i
+            if n > cap - slot:
+                n = cap - slot  # up to the end of the ring; the next batch starts at slot 0
+            with opener(path, "rb") as f:
+                f.seek(self.base + slot * REC_SIZE)
+                got = f.readinto(buf if n == per else memoryview(buf)[:n * REC_SIZE]) // REC_SIZE
+            i += n
+            if ticks:
+                yield None
+            for k in range(got):
+                at = k * REC_SIZE + 8  # the day field, read byte-wise: a skipped slot allocates nothing
+                day = buf[at] | (buf[at + 1] << 8) | (buf[at + 2] << 16)
+                if buf[at + 3] or day < first_day:
+                    continue
+                if day >= end_day:
+                    # Days only grow along the ring; two days of margin cover a change of time zone.
+                    if day >= end_day + 2 and unpack(buf, self.kind, k * REC_SIZE) is not None:
+                        return
+                    continue
+                r = unpack(buf, self.kind, k * REC_SIZE)
+                # Ordered by seq and time: a stale record from an earlier life of the ring is skipped, not misplaced.
+                if r is None or r[0] > max_seq or r[0] <= last_seq or r[1] <= last_t:
+                    continue
+                last_seq = r[0]
+                last_t = r[1]
+                yield r
 
 
 class HistoryStore:
-    """The history file at path (relative to the drive root); log: core.log.Log or None."""
+    """The history file at path (relative to the drive root); log: core.log.Log or None.
+
+    opener(path, mode) opens the file for the streaming readers (the bench swaps it inside the VM)."""
+
+    opener = open
 
     def __init__(self, path="history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None):
         self.path = path
@@ -209,7 +240,7 @@ class HistoryStore:
 
     def scan(self):
         """Find both rings' heads and newest records."""
-        with open(self.path, "rb") as f:
+        with self.opener(self.path, "rb") as f:
             self.hr.scan(f, self._buf)
             self.lr.scan(f, self._buf)
 
@@ -265,13 +296,11 @@ class HistoryStore:
                         pos = ring.head
                     self.written[i] += 1
 
-    def records(self, kind, max_seq=0xFFFFFFFF):
-        """Readable records of one ring, oldest first (a generator holding the file open while it runs)."""
+    def records(self, kind, max_seq=0xFFFFFFFF, first_day=-(1 << 30), end_day=1 << 30, ticks=False):
+        """Readable records of one ring, oldest first, of days in [first_day, end_day) (a generator)."""
         ring = self.hr if kind == HR else self.lr
-        buf = bytearray(REC_SIZE)
-        with open(self.path, "rb") as f:
-            for r in ring.records(f, buf, max_seq):
-                yield r
+        return ring.records(self.opener, self.path, bytearray(READ_BATCH * REC_SIZE), max_seq, first_day, end_day,
+                            ticks)
 
 
 # --- JSON at the edge. Numbers are written as exact decimal text: the device's floats hold ~7 digits. ---
@@ -283,35 +312,43 @@ def date_str(day):
 
 
 def kwh(dwh):
-    """kWh text of an energy in 0.1 Wh."""
-    return to_str(dwh, -4)
+    """kWh text of an energy in 0.1 Wh: exact, four decimals (one division, one string)."""
+    if dwh < 0:
+        return "-%d.%04d" % divmod(-dwh, 10000)
+    return "%d.%04d" % divmod(dwh, 10000)
 
 
-def _hr_item(r):
+def _hr_item(r, sep):
     # r = (seq, t, day, power, off, flags, a, b, c, d)
     local = r[1] + r[4] * 60
     mins = local % 86400 // 60
     y, m, d = civil_from_days(local // 86400)
-    s = '{"date":"%04d-%02d-%02dT%02d:%02d","timestamp":%d,"import_total_kWh":%s' % (
-        y, m, d, mins // 60, mins % 60, r[1], kwh(r[6]))
-    if not r[5] & F_NO_EXPORT:
-        s += ',"export_total_kWh":%s,"export_kW":%s' % (kwh(r[7]), kwh(r[9]))
-    s += ',"import_kW":%s' % kwh(r[8])
-    if r[5] & F_POWER:
-        s += ',"power_W":%d' % r[3]
+    flags = r[5]
+    # One format per shape: a missing register or power is left out, never sent as zero.
+    if flags & F_NO_EXPORT:
+        s = '%s{"date":"%04d-%02d-%02dT%02d:%02d","timestamp":%d,"import_total_kWh":%s,"import_kW":%s' % (
+            sep, y, m, d, mins // 60, mins % 60, r[1], kwh(r[6]), kwh(r[8]))
+    else:
+        s = ('%s{"date":"%04d-%02d-%02dT%02d:%02d","timestamp":%d,"import_total_kWh":%s,"export_total_kWh":%s,'
+             '"import_kW":%s,"export_kW":%s') % (sep, y, m, d, mins // 60, mins % 60, r[1], kwh(r[6]), kwh(r[7]),
+                                               kwh(r[8]), kwh(r[9]))
+    if flags & F_POWER:
+        return '%s,"power_W":%d}' % (s, r[3])
     return s + "}"
 
 
-def _lr_item(r):
-    s = '{"date":"%s","timestamp":%d,"import_total_kWh":%s,"import_kWh":%s' % (
-        date_str(r[2]), r[1], kwh(r[6]), kwh(r[8]))
-    if not r[5] & F_NO_EXPORT:
-        s += ',"export_total_kWh":%s,"export_kWh":%s' % (kwh(r[7]), kwh(r[9]))
-    return s + "}"
+def _lr_item(r, sep):
+    y, m, d = civil_from_days(r[2])
+    if r[5] & F_NO_EXPORT:
+        return '%s{"date":"%04d-%02d-%02d","timestamp":%d,"import_total_kWh":%s,"import_kWh":%s}' % (
+            sep, y, m, d, r[1], kwh(r[6]), kwh(r[8]))
+    return ('%s{"date":"%04d-%02d-%02d","timestamp":%d,"import_total_kWh":%s,"export_total_kWh":%s,'
+            '"import_kWh":%s,"export_kWh":%s}') % (sep, y, m, d, r[1], kwh(r[6]), kwh(r[7]), kwh(r[8]), kwh(r[9]))
 
 
 def _stream(sources, first_day, end_day, item, head):
-    # sources: iterables of records, oldest first, each newer than the previous source's.
+    # sources: iterables of records, oldest first, each newer than the previous source's; None is a tick
+    # (a file read done) passed on as an empty chunk, which the server does not send.
     yield head
     n = 0
     imp = 0
@@ -319,12 +356,15 @@ def _stream(sources, first_day, end_day, item, head):
     last_t = -1
     for src in sources:
         for r in src:
+            if r is None:
+                yield ""
+                continue
             if r[2] < first_day or r[2] >= end_day or r[1] <= last_t:
                 continue
             last_t = r[1]
             imp += r[8]
             exp += r[9]
-            yield ("," if n else "") + item(r)
+            yield item(r, "," if n else "")
             n += 1
     yield '],"count":%d,"import_total_kWh":%s,"export_total_kWh":%s}' % (n, kwh(imp), kwh(exp))
 
