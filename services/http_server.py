@@ -7,11 +7,7 @@ import adafruit_httpserver
 from adafruit_httpserver import ChunkedResponse, JSONResponse, Request, Server
 from adafruit_ticks import ticks_add, ticks_diff, ticks_less, ticks_ms
 
-try:
-    from micropython import const
-except ImportError:  # pragma: no cover - CPython without the host stand-ins
-    def const(x):
-        return x
+from micropython import const
 
 PINNED_VERSION = "4.8.2"   # the private Response methods used below (_send_headers, _send_chunk) are this version's
 
