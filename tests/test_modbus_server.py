@@ -169,6 +169,25 @@ def test_frame_exceptions(frame, reply):
     assert answer(frame) == bytes.fromhex(reply.replace(" ", ""))
 
 
+@pytest.mark.parametrize("model,nregs", [(203, 179), (213, 198)])
+def test_frame_every_start_and_count_around_the_map(model, nregs):
+    """Every window inside the map is served with its bytes; every other one gets 03 or 02, never silence."""
+    m = SunSpecMap(model)
+    tx = bytearray(260)
+    for start in range(BASE - 3, BASE + nregs + 3):
+        for count in range(0, 128):
+            req = bytearray(read_req(1, start, count, fc=3 + (count & 1)))
+            n = handle_frame(req, len(req), m, tx)
+            if not 1 <= count <= 125:
+                assert bytes(tx[7:n]) == bytes([0x83 + (count & 1), 3])
+            elif start < BASE or start + count > BASE + nregs:
+                assert bytes(tx[7:n]) == bytes([0x83 + (count & 1), 2])
+            else:
+                off = (start - BASE) * 2
+                assert n == 9 + 2 * count and tx[8] == 2 * count
+                assert tx[9:n] == m.image[off:off + 2 * count]
+
+
 @pytest.mark.parametrize("frame", [
     read_req(1, BASE, 1)[:2] + b"\x00\x01" + read_req(1, BASE, 1)[4:],   # protocol id 1
     mbap(1, 1, b"", length=1),                                           # length below unit id + FC
