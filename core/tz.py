@@ -6,7 +6,16 @@
 # the time moves forward; overlap: the first occurrence).
 
 _DAY = 86400
-TABLE = "core/tz.dat"  # relative to the drive root, built by tools/build_tz.py
+
+
+def _table_path():
+    # Beside this file: /core/tz.dat on the device; the sources on the host, whose runtime chdirs away.
+    f = globals().get("__file__") or ""
+    cut = f.rfind("/")
+    return f[:cut + 1] + "tz.dat" if cut >= 0 else "core/tz.dat"
+
+
+TABLE = _table_path()  # built by tools/build_tz.py
 
 
 def days_from_civil(y, m, d):

@@ -439,3 +439,13 @@ print("RTC", c.counters.get("rtc_errors", 0), hasattr(time, "struct_time"), Rtc.
     assert "DESC True Europe/Berlin 120 True" in lines
     # MicroPython's time module has no struct_time (CircuitPython's has): the RTC write is counted, not fatal.
     assert "RTC 1 False False" in lines or "RTC 0 True True" in lines, out
+
+
+def test_zone_loads_when_the_runtime_runs_in_another_folder(servers, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    addr, _stop = servers(speed=1.0, epoch0=E2030)
+    c, settings, bus = make(addr)
+    settings.doc["timezone"] = "Asia/Kathmandu"
+    bus.publish("settings", ["timezone"])
+    now = run_until_synced(c)
+    assert c.timezone == "Asia/Kathmandu" and c.offset_min(c.time(now)) == 345 and not c.counters.get("tz_errors")

@@ -381,3 +381,10 @@ print("FREE", gc.mem_free())
         out, fuel = vm.run(code)
     assert "BAD [('Asia/Kathmandu', 345), ('Europe/Berlin', 60)]" in out, out
     assert "N 598" in out, out
+
+
+def test_default_table_is_found_from_any_working_folder(tmp_path, monkeypatch):
+    # The host runtime chdirs into its simulated drive; the device runs from the drive root.
+    monkeypatch.chdir(tmp_path)
+    assert tz.TABLE == TABLE
+    assert tz.load("Europe/Berlin").utc_offset(1795000000) == 3600
