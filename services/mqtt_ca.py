@@ -97,13 +97,11 @@ def _read(path):
         return None
 
 
+# No os.replace, and FAT refuses to rename onto an existing file, so a write is: tmp written and closed, old
+# removed, tmp renamed. A power cut leaves the old file, or only a complete tmp (recover() renames it), or a
+# partial tmp beside the old file (recover() deletes it). recover() runs at start, before any factory reset.
 class CaStore:
-    """The stored certificate at path (relative to the drive root); writes go through path + ".tmp".
-
-    No os.replace and FAT refuses to rename onto an existing file, so a write is: tmp written and
-    closed, old removed, tmp renamed. A power cut leaves either the old file, or only a complete tmp
-    (recovered by recover()), or a partial tmp beside the old file (discarded by recover()).
-    """
+    """The stored certificate at path (relative to the drive root); writes go through path + ".tmp"."""
 
     def __init__(self, path=PATH):
         self.path = path
