@@ -24,7 +24,7 @@ def scaled_clock(speed, epoch0=None):
 
 def hostenv_clock(epoch0=None):
     """Unix seconds in lockstep with the host runtime's simulated ticks (follows _hostenv.set_speed too)."""
-    import _hostenv
+    import _hostenv  # type: ignore[import-not-found]  # host/cp is on sys.path when the runtime runs
 
     s0 = _hostenv.sim_seconds()
     e0 = time.time() if epoch0 is None else float(epoch0)

@@ -449,3 +449,23 @@ def test_zone_loads_when_the_runtime_runs_in_another_folder(servers, tmp_path, m
     bus.publish("settings", ["timezone"])
     now = run_until_synced(c)
     assert c.timezone == "Asia/Kathmandu" and c.offset_min(c.time(now)) == 345 and not c.counters.get("tz_errors")
+
+
+def test_a_new_ntp_server_setting_is_asked_at_once(servers):
+    first, first_stop = servers(speed=1.0, epoch0=E2030)
+    second, second_stop = servers(speed=1.0, epoch0=E2030 + 86400)
+    bus = Bus()
+    settings = Settings()
+    settings.doc["ntp_server"] = first
+    c = clk.Clock(socketpool.SocketPool(None), settings, bus=bus, backups=())
+    c.start()
+    now = run_until_synced(c)
+    assert c.server == first and abs(c.time(now) - E2030) <= 6
+    settings.doc["ntp_server"] = second
+    bus.publish("settings", ["ntp_server"])
+    deadline = time.monotonic() + 5
+    while c.counters["syncs"] < 2 and time.monotonic() < deadline:
+        now = ticks_add(now, 2)
+        c.poll(now)
+        time.sleep(0.002)
+    assert c.server == second and abs(c.time(now) - (E2030 + 86400)) <= 6 and second_stop.stats["answers"] == 1
