@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import socket
 import struct
 import urllib.request
@@ -12,7 +13,7 @@ from aio_wattwaechter import Wattwaechter
 from pymodbus.client import ModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusIOException
 
-from tests.hostproc import HostProcess
+from tests.hostproc import ROOT, HostProcess
 
 pytestmark = pytest.mark.slow
 BASE = 40000
@@ -162,4 +163,40 @@ def test_enable_and_disable_by_settings_post(tmp_path):
         h.wait_for(lambda: not h.get("/api/v1/modbus/status")[1]["running"])
         assert refused()
     finally:
+        h.stop()
+
+
+APATOR = os.path.join(ROOT, "..", "shared", "meter-captures", "apator-1.hex")
+
+
+@pytest.mark.skipif(not os.path.exists(APATOR), reason="shared meter captures not present")
+def test_real_three_phase_capture_every_point_equals_history_latest(tmp_path):
+    """A replayed Apator telegram (13 values): every served point equals /history/latest, the rest is unimplemented."""
+    h = HostProcess(tmp_path / "drive", args=["--meter", APATOR], settings={"modbus": {"enable": True}}).start()
+    dev = device(h)
+    try:
+        lat = h.wait_for(lambda: latest(h))
+        dev.scan()
+        meter = dev.models[203][0]
+        exact = {"W": 463, "WphA": 16, "WphB": 100, "WphC": 346, "PhVphA": 232.1, "PhVphB": 230.9,
+                 "PhVphC": 231.4, "AphA": 0.11, "AphB": 0.63, "AphC": 2.1, "Hz": 50.0,
+                 "TotWhImp": 449721, "TotWhExp": 1207,      # 449 720.8 and 1 206.5 Wh at TotWh_SF 0, half up
+                 "A": 2.84, "PhV": 231.5}                   # derived: sum of currents, mean voltage
+        for name, want in exact.items():
+            assert getattr(meter, name).cvalue == pytest.approx(want), name
+        obis_of = {"W": "16.7.0", "WphA": "36.7.0", "WphB": "56.7.0", "WphC": "76.7.0", "PhVphA": "32.7.0",
+                   "PhVphB": "52.7.0", "PhVphC": "72.7.0", "AphA": "31.7.0", "AphB": "51.7.0", "AphC": "71.7.0",
+                   "Hz": "14.7.0"}
+        for name, code in obis_of.items():
+            assert getattr(meter, name).cvalue == pytest.approx(lat[code]["value"]), name
+        assert meter.TotWhImp.cvalue == round(lat["1.8.0"]["value"] * 1000)
+        assert abs(meter.TotWhExp.cvalue - lat["2.8.0"]["value"] * 1000) <= 0.5
+        for name in ("VA", "VAR", "PF", "PPV", "TotWhImpPhA", "TotVAhImp", "Evt"):
+            assert getattr(meter, name).cvalue is None, name
+        rows = {r["name"]: r for r in h.get("/api/v1/modbus/status")[1]["registers"]}
+        assert all(r["valid"] for r in rows.values())
+        assert rows["A"]["derived"] and not rows["W"]["derived"]
+        assert rows["TotWhImp"]["raw"] == 449721 and rows["TotWhImp"]["scale_register"] == 40124
+    finally:
+        dev.disconnect()
         h.stop()
