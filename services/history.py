@@ -4,6 +4,7 @@ from adafruit_ticks import ticks_add, ticks_diff
 from micropython import const
 
 from core.module import OK, WARN, Module
+from core.tz import civil_from_days, local_day_start_utc
 from meter.decimal import rescale
 from services import history_store as hs
 
@@ -107,8 +108,12 @@ class History(Module):
     # --- days ---
 
     def _day_start(self, day):
-        """UTC instant of local midnight of a day number, from the clock's offsets (two passes settle a DST day)."""
-        m = day * _DAY
+        """First UTC instant of a local day number: core.tz's answer for the clock's zone rule."""
+        rule = getattr(self.clock, "rule", None)
+        if rule is not None:
+            y, m, d = civil_from_days(day)
+            return local_day_start_utc(rule, y, m, d)
+        m = day * _DAY  # a clock without a rule: its offsets, two passes settle a DST day
         u = m - self.clock.offset_min(m) * 60
         return m - self.clock.offset_min(u) * 60
 

@@ -1,0 +1,144 @@
+"""Power cuts on the host runtime: SIGKILL `python -m host` at random moments of a simulated week, check the file.
+
+Shared by tests/test_history_powercut.py (make test) and bench/soak_history.py. The simulated wall clock comes from
+an NTP stand-in in this process that keeps running across the kills, so the week goes on while the firmware is down.
+"""
+
+import http.client
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from host.ntp_server import scaled_clock, start_ntp_server
+from services import history_store as hs
+from tests.hostproc import HostProcess
+
+EPOCH0 = 1_782_000_000          # 2026-06-21 (UTC), a simulated week from here
+FLUSH_MIN = 60                  # the default batch interval
+BATCH_MAX = FLUSH_MIN // 15 + 2  # quarter hours a batch can hold (+1 for a day change, +1 for one being closed)
+
+
+class Failure(AssertionError):
+    """A check after a restart failed."""
+
+
+def read_file(state):
+    """(parse_header result, records oldest first) of the drive's history file, read from a copy (no repair)."""
+    tmp = tempfile.mkdtemp(prefix="hcut-")
+    try:
+        shutil.copy(os.path.join(state, "history.bin"), os.path.join(tmp, "history.bin"))
+        with open(os.path.join(tmp, "history.bin"), "rb") as f:
+            header = hs.parse_header(f.read(hs.HEADER_SIZE))
+        st = hs.HistoryStore(os.path.join(tmp, "history.bin"))
+        st.scan()
+        return header, list(st.records(hs.HR)), list(st.records(hs.LR))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def served_quarters(host, sim_now):
+    """Timestamps of the quarter hours the firmware serves (flash and RAM) for the last two local days."""
+    out = set()
+    for back in (1, 0):
+        date = time.strftime("%Y-%m-%d", time.gmtime(sim_now + 7200 - back * 86400))  # Berlin summer time
+        status, body = _get(host.url + "/api/v1/history/highRes?date=" + date)
+        if status != 200:
+            raise Failure("highRes %s answered %s" % (date, status))
+        out.update(i["timestamp"] for i in body["items"])
+    return out
+
+
+def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print):
+    """Start, run a random while, snapshot what is served, SIGKILL, check the file; n_kills times. Returns stats."""
+    rng = random.Random(seed)
+    sim = scaled_clock(speed, EPOCH0)
+    ntp_host, ntp_port, stop_ntp = start_ntp_server(clock=sim)
+    state = os.path.join(workdir, "drive")
+    kept = {}            # seq -> record on the flash after earlier cuts: none may vanish or change
+    stats = {"kills": 0, "records": 0, "lost_max": 0, "lost_total": 0, "snapshots": 0}
+    try:
+        for i in range(n_kills):
+            host = HostProcess(state, args=["--speed", str(speed), "--ntp", "%s:%d" % (ntp_host, ntp_port)])
+            host.start(timeout=60)
+            time.sleep(rng.uniform(*up_s))
+            served = None
+            for _try in range(3):
+                try:
+                    served = served_quarters(host, int(sim()))
+                    break
+                except (OSError, http.client.HTTPException, Failure, ValueError):
+                    # At --speed 3600 the server's 10 s send deadline is 3 ms of real time: a long answer
+                    # can be cut. Without a snapshot the file checks below still run.
+                    pass
+            stats["snapshots"] += served is not None
+            time.sleep(rng.uniform(0, 0.3))
+            host.kill()
+            stats["kills"] += 1
+            if not os.path.exists(os.path.join(state, "history.bin")):
+                continue          # killed before the clock synced and the file was created
+            header, hr, lr = read_file(state)
+            if header is None:
+                raise Failure("cut %d: header unreadable" % i)
+            if header[:2] != (hs.VERSION, hs.REC_SIZE):
+                raise Failure("cut %d: header %r" % (i, header))
+            for name, recs in (("HighRes", hr), ("LowRes", lr)):
+                ts = [r[1] for r in recs]
+                seqs = [r[0] for r in recs]
+                if ts != sorted(set(ts)) or seqs != sorted(set(seqs)):
+                    raise Failure("cut %d: %s records out of order" % (i, name))
+            for r in hr:
+                old = kept.get(r[0])
+                if old is not None and old != r:
+                    raise Failure("cut %d: record %d changed" % (i, r[0]))
+            now = {r[0] for r in hr}
+            gone = [s for s in kept if s not in now]
+            if gone:
+                raise Failure("cut %d: flushed records lost: %s" % (i, gone[:5]))
+            kept = {r[0]: r for r in hr}
+            if served is not None:
+                on_flash = {r[1] for r in hr}
+                lost = sorted(served - on_flash)
+                newest_kept = max(on_flash) if on_flash else -1
+                if any(t < newest_kept for t in lost):
+                    raise Failure("cut %d: a record older than the last flushed one is missing" % i)
+                if len(lost) > BATCH_MAX:
+                    raise Failure("cut %d: %d records lost, more than a batch" % (i, len(lost)))
+                stats["lost_max"] = max(stats["lost_max"], len(lost))
+                stats["lost_total"] += len(lost)
+            stats["records"] = len(hr)
+            if (i + 1) % 25 == 0:
+                log("cut %d: %d quarter hours, %d days on flash, simulated %s" % (
+                    i + 1, len(hr), len(lr), time.strftime("%Y-%m-%d %H:%M", time.gmtime(sim()))))
+        # the drive still boots cleanly and serves what it has
+        host = HostProcess(state, args=["--speed", str(speed), "--ntp", "%s:%d" % (ntp_host, ntp_port)])
+        host.start(timeout=60)
+        try:
+            status = None
+            for _try in range(5):
+                try:
+                    status, _body = _get(host.url + "/api/v1/history/lowRes?start=%s&days=14"
+                                         % time.strftime("%Y-%m-%d", time.gmtime(EPOCH0)))
+                    break
+                except (OSError, http.client.HTTPException, ValueError):
+                    time.sleep(0.2)   # cut by the simulated-time send deadline (see above): ask again
+            if status != 200:
+                raise Failure("lowRes after the last cut answered %s" % status)
+        finally:
+            host.stop()
+    finally:
+        stop_ntp()
+    stats["sim_days"] = (sim() - EPOCH0) / 86400
+    return stats
