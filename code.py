@@ -88,6 +88,12 @@ def build():
     # --- end meter ---
 
     # --- clock: NTP + time zone ---
+    import rtc
+
+    from core.clock import Clock
+
+    ntp = env("METERPLUS_NTP_OVERRIDE", None)  # the host runtime's NTP stand-in: no public backups then
+    app.clock = sup.add(Clock(pool, settings, bus=bus, rtc=rtc.RTC(), server=ntp, backups=() if ntp else None))
     # --- end clock ---
 
     # --- history ---

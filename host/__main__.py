@@ -129,6 +129,7 @@ def main(argv=None):
           % (args.bind, args.http_port, state, args.meter, args.speed), flush=True)
     while True:
         _load_settings_toml(toml, overrides)
+        _scale_poll_warning(args.speed)
         try:
             runpy.run_path(os.path.join(REPO, "code.py"), run_name="__main__")
             return 0  # code.py returned: the device would wait for a reload
@@ -141,17 +142,21 @@ def main(argv=None):
             return 0
 
 
+def _scale_poll_warning(speed):
+    """Ticks are simulated: at --speed X a 50 ms poll warning would fire on 50/X real ms, so scale the threshold."""
+    from core.supervisor import Supervisor
+
+    Supervisor.warn_poll_ms = int(50 * speed)
+
+
 def _start_ntp(spec, speed):
     """Start the NTP stand-in and tell the firmware where it is (an override of the ntp_server setting)."""
-    try:
-        from host import ntp_server
-    except ImportError:
-        return {}
-    if spec == "local":
-        host, port, _stop = ntp_server.start_ntp_server(speed)
+    from host import ntp_server
+    if spec in ("local", "fail"):
+        # local answers from this computer's clock in lockstep with the simulated ticks; fail drops every request.
+        host, port, _stop = ntp_server.start_ntp_server(speed, clock=ntp_server.hostenv_clock(),
+                                                        answer=(spec == "local"))
         return {"METERPLUS_NTP_OVERRIDE": "%s:%d" % (host, port)}
-    if spec == "fail":
-        return {"METERPLUS_NTP_OVERRIDE": "127.0.0.1:9"}  # discard port: nobody answers
     return {"METERPLUS_NTP_OVERRIDE": spec}
 
 
