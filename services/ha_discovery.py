@@ -39,6 +39,14 @@ def key(code):
     return obis.ROWS[i][1] if i >= 0 else code.replace(".", "_")
 
 
+def code_of_key(k):
+    """The short OBIS code of a topic leaf / JSON key, or None."""
+    for row in obis.ROWS:
+        if row[1] == k:
+            return row[0]
+    return None
+
+
 def value_topic(prefix, code):
     """Per-value topic, e.g. meterplus/<id>/import_total."""
     return "%s/%s" % (prefix, key(code))

@@ -15,7 +15,7 @@ from micropython import const
 from core.module import OK, WARN, Module
 from core.version import VERSION
 from meter import obis
-from meter.decimal import cmp
+from meter.decimal import cmp, parse
 from services import ha_discovery as ha
 
 # Connection states, as GET /api/v1/mqtt/status reports them.
@@ -103,6 +103,12 @@ def subscribe_packet(pid, topic):
     return b"\x82" + bytes(_enc_len(len(body))) + body
 
 
+def unsubscribe_packet(pid, topic):
+    """UNSUBSCRIBE one topic filter."""
+    body = bytes((pid >> 8, pid & 0xFF)) + _field(topic)
+    return b"\xa2" + bytes(_enc_len(len(body))) + body
+
+
 class EnergyGuard:
     """Never publish an energy total that is zero, negative or lower than the last one published (HA reads a
     drop as a meter reset and the Energy dashboard shows a spike). Kept in RAM across reconnects."""
@@ -122,6 +128,12 @@ class EnergyGuard:
             return False
         self.last[code] = (m, e)
         return True
+
+    def seed(self, code, m, e):
+        """Raise the floor to a value published before (the broker's retained value from an earlier boot)."""
+        prev = self.last.get(code)
+        if prev is None or cmp(m, e, prev[0], prev[1]) > 0:
+            self.last[code] = (m, e)
 
 
 class _Config:
@@ -213,7 +225,8 @@ class MqttService(Module):
         self._out = bytearray()
         self._out_pos = 0
         self._out_since = None      # when the outbox last made progress while non-empty
-        self._queue = []            # ("pub", topic, payload, retain) | ("disc", code) | ("sub", topic) | ("ping",)
+        # ("pub", topic, payload, retain) | ("disc", code) | ("sub", topic, pid) | ("unsub", topic) | ("ping",)
+        self._queue = []
         self._ph = 0                # incoming packet: header byte, remaining length, bytes got
         self._pstate = 0
         self._plen = 0
@@ -222,6 +235,7 @@ class MqttService(Module):
         self._deadline = 0
         self._ping_at = 0
         self._ping_sent = None
+        self._seeding = False       # reading our own retained energy totals back before sending new ones
         self._connected_at = 0
         self._announced = []
         self._meter_online = None   # what the meter availability topic says on this connection
@@ -327,6 +341,9 @@ class MqttService(Module):
 
     def _telemetry(self, reading):
         """Queue discovery for codes seen first, each value, then the JSON state (all retained)."""
+        if self._seeding:
+            self._next_tele = self._now  # right after the retained totals are in
+            return
         if len(self._queue) > 64:
             self.count("telemetry_skipped")  # the broker is slower than the interval: keep memory bounded
             return
@@ -363,7 +380,9 @@ class MqttService(Module):
             elif kind == "ping":
                 self._send(_PINGREQ)
             elif kind == "sub":
-                self._send(subscribe_packet(1, item[1]))
+                self._send(subscribe_packet(item[2], item[1]))
+            elif kind == "unsub":
+                self._send(unsubscribe_packet(3, item[1]))
             n += 1
             if not self._flush(now):
                 return
@@ -444,7 +463,13 @@ class MqttService(Module):
         self.last_error_message = ""
         self._note("info", "mqtt: connected to %s:%d as %s", cfg.host, cfg.port, cfg.client_id)
         self._queue.append(("pub", ha.status_topic(cfg.prefix), ha.ONLINE, True))
-        self._queue.append(("sub", ha.birth_topic(cfg.discovery)))
+        self._queue.append(("sub", ha.birth_topic(cfg.discovery), 1))
+        # The broker still holds the totals published before a restart: read them back (retained, sent
+        # after SUBACK) and raise the energy guard's floor; the PINGRESP behind them says they are all in.
+        self._queue.append(("sub", cfg.prefix + "/+", 2))
+        self._queue.append(("ping",))
+        self._ping_sent = now
+        self._seeding = True
         for code in self.codes_seen:
             self._announced.append(code)
             self._queue.append(("disc", code))
@@ -452,6 +477,18 @@ class MqttService(Module):
         self._next_tele = now
 
     def _on_publish(self, topic, payload):
+        if self._seeding:
+            head = self._cfg.prefix + "/"
+            if topic.startswith(head):
+                code = ha.code_of_key(topic[len(head):])
+                if code is not None and obis.kind(code) == "energy":
+                    try:
+                        mv = parse(str(payload, "utf-8"))
+                    except (ValueError, UnicodeError):
+                        return
+                    self.guard.seed(code, mv[0], mv[1] + 3)  # kWh on the wire, Wh inside
+                    self.count("totals_seeded")
+                return
         if topic == ha.birth_topic(self._cfg.discovery) and payload == b"online":
             # Home Assistant restarted and lost its entities: announce every known sensor again.
             for code in self._announced:
@@ -617,6 +654,9 @@ class MqttService(Module):
             return self.conn_state == CONNECTED
         if kind == _T_PINGRESP:
             self._ping_sent = None
+            if self._seeding:
+                self._seeding = False
+                self._queue.append(("unsub", self._cfg.prefix + "/+"))
         elif kind == _T_SUBACK:
             if n >= 3 and rx[2] == 0x80:
                 self._note("warning", "mqtt: broker refused the subscription to the HA status topic")

@@ -213,3 +213,22 @@ def test_refused_credentials(tmp_path, device, certs):
         assert "right" not in json.dumps(dev.svc.status())
     finally:
         b.stop()
+
+
+def test_a_restarted_device_never_undercuts_the_retained_total(broker, device):
+    sub = Subscriber(broker.port, topics=(PREFIX + "/import_total",))
+    first = device(port=broker.port, sendInterval=1)
+    first.reading({"1.8.0": (5000, 0)})
+    first.run(until=first.connected)
+    sub.wait_for(lambda t, p: p == b"5.000", idle=first.tick)
+    first.close()
+    # A new boot: the guard in RAM is empty, the meter (or a glitch) reports less than was published.
+    second = device(port=broker.port, sendInterval=1)
+    second.reading({"1.8.0": (4000, 0)})
+    second.run(until=second.connected)
+    second.run(2.5)
+    assert second.svc.counters.get("totals_seeded") == 1
+    assert [p for _, p, _, _ in sub.snapshot()] == [b"5.000"]
+    second.reading({"1.8.0": (6000, 0)})
+    sub.wait_for(lambda t, p: p == b"6.000", idle=second.tick)
+    sub.close()

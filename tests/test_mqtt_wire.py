@@ -28,6 +28,8 @@ class FakeSock:
         self.connected_to = None
         self.take = pool.take        # bytes accepted per send call (None = all)
         self.refuse = pool.refuse
+        self.auto_pong = True        # answer every PINGREQ, as a live broker does
+        self._parsed = 0
 
     def settimeout(self, t):
         self.timeouts.append(t)
@@ -42,7 +44,31 @@ class FakeSock:
             raise OSError(errno.EAGAIN, "EAGAIN")
         n = len(data) if self.take is None else min(self.take, len(data))
         self.sent += bytes(data[:n])
+        if self.auto_pong:
+            self._pong()
         return n
+
+    def _pong(self):
+        # Walk the complete packets sent so far; queue a PINGRESP for each new PINGREQ.
+        data = self.sent
+        i = self._parsed
+        while i + 2 <= len(data):
+            n, mul, j = 0, 1, i + 1
+            while j < len(data):
+                b = data[j]
+                j += 1
+                n += (b & 0x7F) * mul
+                mul <<= 7
+                if not b & 0x80:
+                    break
+            else:
+                return
+            if j + n > len(data):
+                return
+            if data[i] == 0xC0:
+                self.inbox += b"\xd0\x00"
+            i = j + n
+            self._parsed = i
 
     def recv_into(self, buf, n=0):
         if self.pool.peer_closed:
@@ -293,6 +319,7 @@ def test_ha_birth_republishes_discovery_and_other_topics_are_ignored():
 def test_keepalive_ping_and_dead_broker_detection():
     r = Rig()
     r.connect()
+    r.pool.sock.auto_pong = False
     n = len(r.pool.sock.sent)
     r.step(ms=m.MqttService.ping_every_ms)
     assert bytes(r.pool.sock.sent[n:]).endswith(b"\xc0\x00")
@@ -446,7 +473,29 @@ class S:
     def send(self, d):
         n = min(5, len(d))
         self.sent.extend(bytes(d[:n]))
+        self.pong()
         return n
+    parsed = 0
+    def pong(self):
+        data = self.sent
+        i = self.parsed
+        while i + 2 <= len(data):
+            n, mul, j = 0, 1, i + 1
+            while j < len(data):
+                b = data[j]
+                j += 1
+                n += (b & 0x7F) * mul
+                mul <<= 7
+                if not b & 0x80:
+                    break
+            else:
+                return
+            if j + n > len(data):
+                return
+            if data[i] == 0xC0:
+                self.inbox.extend(b"\\xd0\\x00")
+            i = j + n
+            self.parsed = i
     def recv_into(self, b, n=0):
         if not self.inbox:
             raise OSError(errno.EAGAIN)
@@ -503,3 +552,32 @@ print("@@", bytes(pool.s.sent).hex())
             assert a[:2 + tl] == b[:2 + tl] and json.loads(a[2 + tl:]) == json.loads(b[2 + tl:])
         else:
             assert a == b
+
+
+def test_retained_totals_from_an_earlier_boot_raise_the_floor():
+    r = Rig(sendInterval=1)
+    r.reading({"1.8.0": (1500, 0), "2.8.0": (300, 0)})
+    r.step()
+    r.pool.sock.auto_pong = False
+    r.connack()
+    r.step(polls=10)
+    kinds = [h for h, _ in packets(r.pool.sock.sent)]
+    assert kinds == [0x10, 0x31, 0x82, 0x82, 0xC0, 0x31]  # ..., SUBSCRIBE <prefix>/+, PINGREQ, meter online
+    wild = (PREFIX + "/+").encode()
+    assert packets(r.pool.sock.sent)[3][1] == b"\x00\x02" + bytes((0, len(wild))) + wild + b"\x00"
+    assert not [t for t, _, _ in publishes(r.pool.sock.sent) if t.endswith("_total")]  # held back
+    # The broker answers with what it retained from the last boot, then the PINGRESP.
+    r.pool.sock.inbox += m.publish_packet(PREFIX + "/import_total", "2.000", True)
+    r.pool.sock.inbox += m.publish_packet(PREFIX + "/export_total", "garbage", True)
+    r.pool.sock.inbox += m.publish_packet(PREFIX + "/state", "{}", True)
+    r.pool.sock.inbox += b"\xd0\x00"
+    r.step(polls=10)
+    assert packets(r.pool.sock.sent)[6] == (0xA2, b"\x00\x03" + bytes((0, len(wild))) + wild)
+    pubs = publishes(r.pool.sock.sent)
+    assert [p for t, p, _ in pubs if t == PREFIX + "/import_total"] == []
+    assert [p for t, p, _ in pubs if t == PREFIX + "/export_total"] == ["0.300"]
+    r.reading({"1.8.0": (2500, 0), "2.8.0": (300, 0)})
+    r.step(ms=1000)
+    r.step(polls=5)
+    assert [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/import_total"] == ["2.500"]
+    assert r.svc.counters["totals_seeded"] == 1
