@@ -85,6 +85,18 @@ def build():
     flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
 
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
+    from drivers.ir_head import IrHead
+    from services.meter_pipeline import MeterPipeline
+
+    # "auto" keeps one 8N1 UART: a D0 (7E1) character then carries its parity in bit 7, checked in software.
+    ir_mode = env("METERPLUS_IR_MODE", "auto")
+    seven_e1 = ir_mode in ("d0", "pull")
+    uart = busio.UART(tx=pin(env("METERPLUS_IR_TX", "IO17")), rx=pin(env("METERPLUS_IR_RX", "IO18")),
+                      baudrate=300 if ir_mode == "pull" else 9600, bits=7 if seven_e1 else 8,
+                      parity=busio.UART.Parity.EVEN if seven_e1 else None, timeout=0,
+                      receiver_buffer_size=4096)
+    app.ir_head = sup.add(IrHead(uart, ir_mode))
+    app.meter = sup.add(MeterPipeline(bus, settings, app.ir_head))
     # --- end meter ---
 
     # --- clock: NTP + time zone ---
