@@ -16,7 +16,9 @@ _SEND = const(1)     # draining the answer (and pulling chunks of a ChunkedRespo
 _DRAIN = const(2)    # answer sent; discarding an unread body so the close does not reset the answer away
 _ENOTCONN_LWIP = const(128)   # a non-blocking recv from a closed peer on the device
 _ETIMEDOUT_LWIP = const(116)
-_GONE = (errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.EBADF, _ENOTCONN_LWIP, _ETIMEDOUT_LWIP)
+# CircuitPython's errno lacks EPIPE; 32 is its value on CPython and lwIP.
+_GONE = (errno.ECONNRESET, errno.ENOTCONN, getattr(errno, "EPIPE", 32), errno.EBADF, errno.ECONNABORTED,
+         _ENOTCONN_LWIP, _ETIMEDOUT_LWIP)
 _SEND_SLICE = const(1024)     # bytes handed to send() at once: lwIP's send buffer is a few KB
 _CHUNK_REFILL = const(512)    # pull the next chunk when less than this is pending
 
@@ -260,8 +262,7 @@ class HardenedServer(Server):
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
                 self._answer_error(c, 408, "Request timeout", now)
-                return True
-            if not self._receive(c, now):
+            elif not self._receive(c, now):
                 return False
         if c.phase == _SEND:
             return self._send(c, now)
@@ -310,8 +311,11 @@ class HardenedServer(Server):
 
     def _head_complete(self, c, now):
         """Parse the head; check the declared body size. False when an answer was already queued."""
+        head = bytes(c.buf[:c.head_end])
+        if b"\r\n" not in head:
+            head += b"\r\nConnection: close"  # a bare request line (HTTP/1.0) is valid; 4.8 needs one header
         try:
-            request = Request(self, c, c.addr, bytes(c.buf[:c.head_end + 4]))
+            request = Request(self, c, c.addr, head + b"\r\n\r\n")
         except (ValueError, UnicodeError, IndexError):
             self._answer_error(c, 400, "Malformed request", now)
             return False
