@@ -85,3 +85,49 @@ def test_factory_reset_by_button_hold_restarts_in_process(tmp_path):
         assert not os.path.exists(os.path.join(h.state, "settings.json"))
     finally:
         h.stop()
+
+
+CAPTURES = os.path.join(os.path.dirname(ROOT), "shared", "meter-captures")
+
+
+def _latest_values(h):
+    def fresh():
+        status, body, _h = h.get("/api/v1/history/latest")
+        return body if status == 200 and body else None
+
+    return h.wait_for(fresh, timeout=30)
+
+
+def test_replayed_sml_capture_is_served_with_smllibs_values(tmp_path):
+    from smllib import SmlStreamReader
+
+    path = os.path.join(CAPTURES, "holley-dtz541-1.hex")
+    reader = SmlStreamReader()
+    reader.add(bytes.fromhex("".join(open(path).read().split())))
+    frame = reader.get_frame()
+    expected = {}
+    for e in frame.get_obis():
+        code = e.obis.obis_short.split(":")[-1] if ":" in e.obis.obis_short else e.obis.obis_short
+        expected[code] = e.get_value()
+    h = HostProcess(tmp_path / "drive", args=["--meter", path]).start()
+    try:
+        body = _latest_values(h)
+    finally:
+        h.stop()
+    assert body["1.8.0"]["unit"] == "kWh"
+    assert abs(body["1.8.0"]["value"] - expected["1.8.0"] / 1000) < 1e-6
+    assert body["16.7.0"]["unit"] == "W"
+    assert abs(body["16.7.0"]["value"] - expected["16.7.0"]) < 1e-6
+
+
+def test_replayed_d0_capture_is_served_with_the_sources_values(tmp_path):
+    path = os.path.join(CAPTURES, "d0-ebz-dd3-bz06-1.txt")
+    h = HostProcess(tmp_path / "drive", args=["--meter", path]).start()
+    try:
+        body = _latest_values(h)
+    finally:
+        h.stop()
+    # INDEX.tsv, stated in the source text: 1.8.0=125.25688570 kWh, 16.7.0=259.20 W (no 2.8.0)
+    assert body["1.8.0"]["value"] == 125.2568857
+    assert body["16.7.0"]["value"] == 259.2
+    assert "2.8.0" not in body
