@@ -158,6 +158,7 @@ class HardenedServer(Server):
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
     send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
+    accept_per_poll = 8        # new connections taken per poll
 
     def __init__(self, socket_source, dispatch, ticks=ticks_ms, log=None):
         Server.__init__(self, socket_source, root_path=None, debug=False)
@@ -188,31 +189,36 @@ class HardenedServer(Server):
         return len(self._conns)
 
     def poll(self):
-        """Accept what fits, advance every connection by one non-blocking step; never raises, never waits."""
+        """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
         now = self._ticks()
-        self._accept(now)
         keep = []
         for c in self._conns:
+            if self._advance(c, now):
+                keep.append(c)
+        self._conns = keep
+        self._accept(now)
+
+    def _advance(self, c, now):
+        """One step of a connection; False (and closed, after_sent run) once it is finished."""
+        try:
+            alive = self._step(c, now)
+        except Exception as exc:  # a bug or a socket surprise costs this connection only
+            self._count("errors")
+            if self._log is not None:
+                self._log.error("http connection: %s %s", type(exc).__name__, exc)
+            alive = False
+        if alive:
+            return True
+        self._close(c)
+        if c.after is not None:
+            after, c.after = c.after, None
             try:
-                alive = self._step(c, now)
-            except Exception as exc:  # a bug or a socket surprise costs this connection only
+                after()
+            except Exception as exc:
                 self._count("errors")
                 if self._log is not None:
-                    self._log.error("http connection: %s %s", type(exc).__name__, exc)
-                alive = False
-            if alive:
-                keep.append(c)
-            else:
-                self._close(c)
-                if c.after is not None:
-                    after, c.after = c.after, None
-                    try:
-                        after()
-                    except Exception as exc:
-                        self._count("errors")
-                        if self._log is not None:
-                            self._log.error("http after_sent: %s %s", type(exc).__name__, exc)
-        self._conns = keep
+                    self._log.error("http after_sent: %s %s", type(exc).__name__, exc)
+        return False
 
     def _stalled(self, now):
         """The connection that moved no byte for the longest time, if that is at least stall_ms; else None."""
@@ -228,9 +234,11 @@ class HardenedServer(Server):
 
         Slow-loris clients, half bodies and clients that do not read would otherwise hold the few slots until
         their deadlines while a real request waits in the backlog; a connection that keeps moving bytes (a
-        history stream being read) is never replaced.
+        history stream being read) is never replaced. Each new connection is stepped at once, so a client that
+        connected and left, or a small request that is already complete, frees its slot in the same poll and
+        the backlog drains faster than a flood of connect-and-close clients fills it.
         """
-        while True:
+        for _ in range(self.accept_per_poll):
             full = len(self._conns) >= self.max_connections
             if full and self._stalled(now) is None:
                 return
@@ -250,8 +258,10 @@ class HardenedServer(Server):
             except OSError:
                 self._safe_close(sock)
                 continue
-            self._conns.append(_Conn(sock, addr, now, ticks_add(now, self.recv_deadline_ms)))
+            c = _Conn(sock, addr, now, ticks_add(now, self.recv_deadline_ms))
             self._count("accepted")
+            if self._advance(c, now):
+                self._conns.append(c)
 
     # --- one connection ---
 
