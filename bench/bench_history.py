@@ -1,4 +1,4 @@
-"""History costs: flash erases per simulated day (host drive meter) and heap of the streamed answers (MicroPython VM)."""
+"""History costs: flash erases per simulated day (host drive meter), heap of the streamed answers (MicroPython VM)."""
 
 import json
 import os
@@ -198,7 +198,8 @@ def flash_runtime(sim_hours=30.0, speed=900.0):
     b0 = s0["bytes_written"] if s0 else 0
     files = {k: v["erases"] - ((s0 or {}).get("files", {}).get(k, {}).get("erases", 0))
              for k, v in s1["files"].items()}
-    out = {"erases_per_day": (s1["sector_erases"] - e0) / elapsed, "bytes_per_day": (s1["bytes_written"] - b0) / elapsed,
+    out = {"erases_per_day": (s1["sector_erases"] - e0) / elapsed,
+           "bytes_per_day": (s1["bytes_written"] - b0) / elapsed,
            "files_per_day": {k: round(v / elapsed, 1) for k, v in files.items() if v}, "sim_days": elapsed}
     shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -8,7 +8,7 @@ from core.tz import civil_from_days, local_day_start_utc
 from meter.decimal import rescale
 from services import history_store as hs
 
-_Q = const(900)       # a quarter hour in seconds; every zone offset is whole quarter hours, so UTC quarters are local ones
+_Q = const(900)       # a quarter hour in s; zone offsets are whole quarter hours, so UTC quarters are local ones
 _DAY = const(86400)
 
 
@@ -293,7 +293,8 @@ class History(Module):
         store = self.store
 
         def body():
-            return hs.low_res_json((store.records(hs.LR, snap, first_day, first_day + days, True), ram, tail), first_day, days)
+            recs = store.records(hs.LR, snap, first_day, first_day + days, True)
+            return hs.low_res_json((recs, ram, tail), first_day, days)
         return body
 
     def describe(self):

@@ -270,7 +270,9 @@ class HistoryStore:
             f.write(header_bytes(self.hr.cap, self.lr.cap))
 
     def write(self, hr_recs, lr_recs):
-        """Append records (seq field ignored: the ring numbers them) to the rings in one open of the file (one directory update per flush).
+        """Append records (their seq field is ignored: the ring numbers them) in one open of the file.
+
+        One open per flush means one directory-entry update per flush.
 
         self.written counts the records of each list that reached the file, also when an OSError cuts it short.
         """
@@ -299,8 +301,8 @@ class HistoryStore:
     def records(self, kind, max_seq=0xFFFFFFFF, first_day=-(1 << 30), end_day=1 << 30, ticks=False):
         """Readable records of one ring, oldest first, of days in [first_day, end_day) (a generator)."""
         ring = self.hr if kind == HR else self.lr
-        return ring.records(self.opener, self.path, bytearray(READ_BATCH * REC_SIZE), max_seq, first_day, end_day,
-                            ticks)
+        return ring.records(self.opener, self.path, bytearray(READ_BATCH * REC_SIZE), max_seq, first_day,
+                            end_day, ticks)
 
 
 # --- JSON at the edge. Numbers are written as exact decimal text: the device's floats hold ~7 digits. ---

@@ -73,7 +73,8 @@ def latest_body(reading, clock, lang, now_ms):
             continue
         # Energies in kWh (exponent shift of Wh, exact), everything else in its base unit.
         text = to_str(v[0], v[1] - 3) if obis.kind(code) == "energy" else to_str(v[0], v[1])
-        parts.append(',"%s":{"value":%s,"unit":"%s","name":%s}' % (code, text, unit, json.dumps(obis.label(code, lang))))
+        name = json.dumps(obis.label(code, lang))
+        parts.append(',"%s":{"value":%s,"unit":"%s","name":%s}' % (code, text, unit, name))
     parts.append("}")
     return "".join(parts)
 

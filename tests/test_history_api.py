@@ -17,7 +17,7 @@ from core.log import Log
 from core.tz import days_from_civil
 from services import routes_history
 from services.http_api import HttpApi
-from tests.history_fakes import FakeSettings, reading
+from tests.history_fakes import reading
 from tests.hostproc import free_port
 from tests.test_history_service import Sim, berlin_midnight
 
@@ -154,7 +154,8 @@ def test_the_client_sees_400_as_bad_request(served):
 
 def test_days_bounds_are_inclusive(served):
     for n in ("1", "366", "0366"):
-        assert requests.get(served[1] + "/api/v1/history/lowRes?start=2026-10-24&days=" + n, timeout=5).status_code == 200
+        r = requests.get(served[1] + "/api/v1/history/lowRes?start=2026-10-24&days=" + n, timeout=5)
+        assert r.status_code == 200
 
 
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

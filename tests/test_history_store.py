@@ -1,4 +1,4 @@
-"""History ring file: layout, wrap-around, and recovery from truncation, random bytes, another format, a missing file."""
+"""History ring file: layout, wrap-around, recovery from truncation, random bytes, another format, a missing file."""
 
 import os
 import random
