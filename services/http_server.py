@@ -267,13 +267,14 @@ class HardenedServer(Server):
 
     def _step(self, c, now):
         if c.phase == _RECV:
-            if not ticks_less(now, c.deadline):
+            # Read first: after a long cycle the whole request may be waiting, and that is not the client's fault.
+            if not self._receive(c, now):
+                return False
+            if c.phase == _RECV and not ticks_less(now, c.deadline):
                 self._count("recv_timeouts")
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
                 self._answer_error(c, 408, "Request timeout", now)
-            elif not self._receive(c, now):
-                return False
         if c.phase == _SEND:
             return self._send(c, now)
         if c.phase == _DRAIN:
