@@ -164,12 +164,12 @@ class Ring:
 class HistoryStore:
     """The history file at path (relative to the drive root); log: core.log.Log or None.
 
-    opener(path, mode) opens the file for the streaming readers (the bench swaps it inside the VM)."""
-
-    opener = open
+    opener(path, mode) opens the file for the readers (the bench swaps it inside the VM)."""
 
     def __init__(self, path="history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None):
         self.path = path
+        # An instance attribute, not a class one: a Python function there (a hooked open) would bind to self.
+        self.opener = open
         self.hr = Ring(HR, HEADER_SIZE, hr_cap)
         self.lr = Ring(LR, HEADER_SIZE + hr_cap * REC_SIZE, lr_cap)
         self.size = HEADER_SIZE + (hr_cap + lr_cap) * REC_SIZE

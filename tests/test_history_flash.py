@@ -121,3 +121,15 @@ def test_history_costs_two_erases_per_hourly_flush(meter):
     assert fl["bytes_per_day"] == 97 * 56       # 96 quarter hours and one day, 56 bytes each
     fl2 = flash_inprocess(days=3, flush_minutes=120)
     assert fl2["erases_per_day"] <= 27
+
+
+def test_the_store_works_under_a_hooked_open(meter):
+    # The host runner installs the meter before code.py imports the store: open is then a Python function.
+    from services.history_store import HR, HistoryStore
+
+    st = HistoryStore("history.bin")
+    assert st.open() == "created"
+    st.write([(0, 1000, 1, 5, 60, 1, 10, 0, 1, 0)], [])
+    again = HistoryStore("history.bin")
+    assert again.open() == "ok" and [r[1] for r in again.records(HR)] == [1000]
+    assert meter.stats()["files"]["history.bin"]["erases"] > 0
