@@ -211,3 +211,17 @@ def test_last_will_after_the_firmware_is_killed(tmp_path, broker):
         assert msg[1] == b"offline" and msg[2] is True  # retained
     finally:
         late.close()
+
+
+def test_orderly_stop_says_offline_before_leaving(tmp_path, broker):
+    h = HostProcess(tmp_path / "drive", settings={
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "stoptest"}})
+    s = Subscriber(broker.port, topics=("stoptest/status",), client_id="stop-sub")
+    try:
+        h.start()
+        s.wait_for(lambda t, p: p == b"online", timeout=30)
+        assert h.stop() == 0  # SIGTERM: the supervisor stops every module
+        s.wait_for(lambda t, p: p == b"offline", timeout=10)
+    finally:
+        s.close()
+    assert "Client meterplus-%s disconnected." % DEV in broker.log()  # DISCONNECT sent, not a dropped socket
