@@ -45,6 +45,7 @@ class History(Module):
         self._day = None    # open day: [day, t, off, imp_start, exp_start, imp_sum, exp_sum, flags, end_utc, n]
         self._last_t = -1   # newest recorded quarter: nothing at or before it is recorded again
         self._rebase = False
+        self.store_ok = False
         self.flush_ms = self.DEFAULT_FLUSH_MIN * 60000
         self._flush_at = None
         self._now = 0
@@ -61,9 +62,22 @@ class History(Module):
     def start(self):
         self._load_flush_setting()
         if not self.hr and not self.lr:
-            self.store.open()
+            self._open_store()
             self._restore()
         self._flush_at = None
+
+    def _open_store(self):
+        """Open (check, repair, create) the file; a drive that refuses (read-only while USB owns it) is retried
+        at every flush while the records wait in RAM, instead of failing the service."""
+        try:
+            self.store.open()
+            self.store_ok = True
+        except OSError as exc:
+            self.store_ok = False
+            self.state = WARN
+            self.count("open_errors")
+            self._note("error", "history: cannot open %s, recording to RAM: %s", self.store.path, exc)
+        return self.store_ok
 
     def stop(self):
         try:
@@ -85,7 +99,7 @@ class History(Module):
         self._day = None
         self._seen = None
         self._rebase = False
-        last = self.store.hr.last
+        last = self.store.hr.last if self.store_ok else None
         if last is None:
             self._prev = None
             self._last_t = -1
@@ -255,9 +269,11 @@ class History(Module):
         self.hr = []  # new lists: an answer being streamed keeps iterating the old ones
         self.lr = []
         try:
+            if not self.store_ok and not self._open_store():
+                raise OSError("history file not open")
             self.store.write(hr, lr)
         except OSError as exc:
-            w = self.store.written
+            w = self.store.written if self.store_ok else [0, 0]
             self.hr = hr[w[0]:] + self.hr
             self.lr = lr[w[1]:] + self.lr
             for batch in (self.hr, self.lr):
@@ -265,6 +281,7 @@ class History(Module):
                     self.count("dropped", len(batch) - self.MAX_RAM)
                     del batch[:len(batch) - self.MAX_RAM]
             self.count("flush_errors")
+            self.store_ok = False  # the next flush opens the file again (checks it, or creates a removed one)
             self.state = WARN
             self._note("error", "history: flush failed, %d records kept in RAM: %s", len(self.hr) + len(self.lr), exc)
             return False
@@ -281,8 +298,11 @@ class History(Module):
         ram = self.hr
         store = self.store
 
+        ok = self.store_ok
+
         def body():
-            return hs.high_res_json((store.records(hs.HR, snap, day, day + 1, True), ram), day)
+            recs = store.records(hs.HR, snap, day, day + 1, True) if ok else ()
+            return hs.high_res_json((recs, ram), day)
         return body
 
     def low_res(self, first_day, days):
@@ -292,8 +312,10 @@ class History(Module):
         tail = [self._day_rec(self._day)] if self._day is not None else []
         store = self.store
 
+        ok = self.store_ok
+
         def body():
-            recs = store.records(hs.LR, snap, first_day, first_day + days, True)
+            recs = store.records(hs.LR, snap, first_day, first_day + days, True) if ok else ()
             return hs.low_res_json((recs, ram, tail), first_day, days)
         return body
 

@@ -331,3 +331,38 @@ def test_low_res_answer_includes_the_open_day_so_far():
     assert [i["date"] for i in body["items"]] == ["2026-06-10", "2026-06-11"]
     assert body["items"][1]["import_kWh"] == pytest.approx(3 * 0.9 - 0.225, abs=0.001)
     assert body["import_total_kWh"] == pytest.approx(sum(i["import_kWh"] for i in body["items"]))
+
+
+def test_a_drive_read_only_from_boot_records_to_ram_then_creates_the_file(monkeypatch):
+    import builtins
+
+    real_open = builtins.open
+
+    def read_only(path, mode="r", *a, **k):
+        if "+" in mode or "w" in mode:
+            raise OSError(30, "Read-only filesystem")
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", read_only)
+    t0 = berlin_midnight(2026, 6, 10)
+    sim = Sim(t0 - 5, settings={"history.flushMinutes": 30})
+    assert sim.h.state == "WARN" and not sim.h.store_ok and "recording to RAM" in sim.log.text()
+    sim.run(3600 + 60)                               # two flushes fail, the records wait
+    assert len(sim.h.hr) == 4 and sim.h.counters["flush_errors"] == 2
+    body = json.loads("".join(sim.h.high_res(days_from_civil(2026, 6, 10))()))
+    assert body["count"] == 4                        # served from RAM meanwhile
+    monkeypatch.setattr(builtins, "open", real_open)
+    sim.run(1800)
+    assert sim.h.store_ok and sim.h.state == "OK"
+    assert len(list(sim.store.records(HR))) == 6
+
+
+def test_a_file_removed_while_running_is_created_again_at_the_next_flush():
+    t0 = berlin_midnight(2026, 6, 10)
+    sim = Sim(t0 - 5)
+    sim.run(3600 + 60)
+    os.remove("history.bin")
+    sim.run(3600)
+    assert sim.h.counters["flush_errors"] == 1 and sim.h.hr
+    sim.run(3600)
+    assert len(list(sim.store.records(HR))) == 8 and sim.h.state == "OK"
