@@ -531,3 +531,25 @@ def test_a_client_that_stops_reading_blocks_nobody_and_is_closed_when_idle(srv):
     finally:
         good.close()
         lazy.close()
+
+
+def test_modbus_port_setting_moves_the_listener_without_override():
+    bus = Bus()
+    settings = Settings()
+    first, second = free_port(), free_port()
+    settings.doc["modbus"].update({"enable": True, "port": first})
+    server = ModbusServer(socketpool.SocketPool(None), bus, settings, host="127.0.0.1")
+    try:
+        server.start()
+        assert server.status()["port"] == first
+        socket.create_connection(("127.0.0.1", first), timeout=1).close()
+        settings.doc["modbus"]["port"] = second
+        bus.publish("settings", ["modbus.port"])
+        server.poll(ticks_ms())
+        assert server.status()["port"] == second and socketpool.open_count() == 1
+        socket.create_connection(("127.0.0.1", second), timeout=1).close()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", first), timeout=1)
+    finally:
+        server.stop()
+    assert socketpool.open_count() == 0
