@@ -183,8 +183,9 @@ def build():
     routes.append(routes_modbus)
     # --- end modbus ---
 
-    sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"), port=int(env("METERPLUS_HTTP_PORT", 80)),
-                             route_modules=routes, rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))))
+    app.http = sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
+                                        port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes,
+                                        rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))))
     sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))

@@ -140,6 +140,7 @@ def routes(app):
             supervisor.append(_entry(name + ".worst_poll_ms", m["worst_poll_ms"], "ms"))
             supervisor.append(_entry(name + ".state", m["state"]))
         meter = _section(app.meter.describe()) if app.meter is not None else [_entry("state", "absent")]
+        http = getattr(app, "http", None)
         clock = _section(app.clock.describe()) if app.clock is not None else [_entry("synced", False)]
         data = {
             "uptime": [_entry("uptime", up_ms // 1000, "s"), _entry("reset_reason", app.reset_reason)],
@@ -151,6 +152,7 @@ def routes(app):
             "meter": meter,
             "clock": clock,
             "supervisor": supervisor,
+            "http": _section(http.describe()) if http is not None else [],
         }
         return JSONResponse(request, data)
 

@@ -95,6 +95,8 @@ def test_info_sections(host):
     sup = {e["name"]: e["value"] for e in info["supervisor"]}
     assert "http.worst_poll_ms" in sup and "worst_cycle_ms" in sup
     assert {e["name"] for e in info["clock"]}
+    http = {e["name"]: e["value"] for e in info["http"]}
+    assert http["requests"] >= 1 and http["state"] == "OK"
 
 
 def test_led(host):
