@@ -21,11 +21,9 @@ _EX_GATEWAY = const(11)      # gateway target device failed to respond: a unit i
 _ENOTCONN = const(128)       # lwIP's ENOTCONN: a non-blocking recv from a closed peer on the device
 
 
+# Pure (no sockets), so it runs and is measured in the MicroPython VM; it allocates only the memoryview.
 def handle_frame(frame, flen, sunspec, tx):
-    """Answer the complete MBAP frame frame[:flen] into tx; return the reply length, or -1 to close.
-
-    Pure (no sockets) so it runs and is measured in the MicroPython VM; allocates nothing itself.
-    """
+    """Answer the complete MBAP frame frame[:flen] into tx; return the reply length, or -1 to close."""
     if frame[2] or frame[3]:
         return -1                                  # protocol id must be 0 (Modbus)
     length = (frame[4] << 8) | frame[5]
@@ -82,10 +80,7 @@ class _Client:
 
 
 class ModbusServer(Module):
-    """pool: socketpool.SocketPool; bus: core.bus.Bus (reads "reading", "settings"); settings: core.settings.Settings.
-
-    port_override: the host runtime's --modbus-port (wins over modbus.port); identity: model 1 strings.
-    """
+    """pool: socketpool.SocketPool; bus: core.bus.Bus; settings: core.settings.Settings; port_override wins."""
 
     name = "modbus"
     max_clients = 2
@@ -95,6 +90,7 @@ class ModbusServer(Module):
     stale_ms = 15000
     backlog = 1
 
+    # port_override: the host runtime's --modbus-port; serial and version go into model 1 (SN, Vr).
     def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
         Module.__init__(self)
         self._pool = pool
