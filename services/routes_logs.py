@@ -14,7 +14,7 @@ def routes(app):
         data = ir.rawdump() if ir is not None else b""
         if not data:
             return Response(request, b"", status=(204, "No Content"))
-        return Response(request, bytes(data), content_type="application/octet-stream")
+        return Response(request, data, content_type="application/octet-stream")
 
     def persistent(request):
         flog = getattr(app, "flash_log", None)

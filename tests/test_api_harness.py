@@ -7,14 +7,14 @@ import time
 from tests.hostproc import ROOT, HostProcess
 
 
-def start_host(tmp_path_factory, name, rate_limit=100000, settings=None):
+def start_host(tmp_path_factory, name, rate_limit=100000, settings=None, args=()):
     """A running `python -m host` on a fresh drive; settings.toml raises the rate limit unless told otherwise."""
     state = tmp_path_factory.mktemp(name)
     with open(os.path.join(ROOT, "settings.toml")) as f:
         toml = f.read()
     with open(os.path.join(str(state), "settings.toml"), "w") as f:
         f.write(toml + "\nMETERPLUS_API_RATE_LIMIT = %d\n" % rate_limit)
-    return HostProcess(state, settings=settings).start()
+    return HostProcess(state, args=args, settings=settings).start()
 
 
 def raw(port, data, timeout=5.0, shut=False):

@@ -151,12 +151,22 @@ def test_logs(host):
     r = get(host, "/api/v1/logs/persistent")
     assert r.status_code == 200 and r.text.startswith("time,uptime_s,level,message\n")
     assert "Meter Plus up" in r.text
-    r = get(host, "/api/v1/logs/rawdump")
-    assert r.status_code in (200, 204)
-    if r.status_code == 200:
-        assert r.headers["Content-Type"] == "application/octet-stream" and r.content
-    else:
-        assert r.content == b""
+    r = host.wait_for(lambda: (lambda r: r if r.status_code == 200 else None)(get(host, "/api/v1/logs/rawdump")),
+                      timeout=20)
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    assert b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01" in r.content  # the simulated meter's SML start sequences
+
+
+def test_rawdump_empty_is_204(tmp_path_factory):
+    master, slave = os.openpty()  # a serial "IR head" that never sends a byte
+    h = start_host(tmp_path_factory, "silent", args=["--meter", os.ttyname(slave)])
+    try:
+        r = get(h, "/api/v1/logs/rawdump")
+        assert r.status_code == 204 and r.content == b""
+    finally:
+        h.stop()
+        os.close(master)
+        os.close(slave)
 
 
 # --- settings ---
