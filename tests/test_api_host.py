@@ -409,3 +409,17 @@ def test_reboot_answers_then_restarts_keeping_settings(tmp_path_factory):
         assert "restart requested (api)" in get(h, "/api/v1/logs/persistent").text
     finally:
         h.stop()
+
+
+def test_filter_and_ct_ratio_apply_at_once(host):
+    def meter():
+        info = get(host, "/api/v1/system/info").json()
+        return {e["name"]: e["value"] for e in info["meter"]}
+
+    r = post(host, "/api/v1/settings", {"medianFilterSize": 0, "ctRatio": 2.5})
+    assert r.status_code == 200 and set(r.json()["applied_now"]) == {"medianFilterSize", "ctRatio"}
+    m = host.wait_for(lambda: (lambda m: m if m.get("ct_ratio") == 2.5 else None)(meter()), timeout=10)
+    assert m["median"] == 1  # Off: a window of one value
+    post(host, "/api/v1/settings", {"medianFilterSize": 5, "ctRatio": 1})
+    m = host.wait_for(lambda: (lambda m: m if m.get("ct_ratio") == 1 else None)(meter()), timeout=10)
+    assert m["median"] == 5
