@@ -131,3 +131,19 @@ def test_replayed_d0_capture_is_served_with_the_sources_values(tmp_path):
     assert body["1.8.0"]["value"] == 125.2568857
     assert body["16.7.0"]["value"] == 259.2
     assert "2.8.0" not in body
+
+
+def test_silent_meter_is_stale_not_last_value_and_led_shows_error(tmp_path):
+    h = HostProcess(tmp_path / "drive").start()
+    try:
+        _latest_values(h)
+        h.wait_for(lambda: h.get("/api/v1/system/led")[1]["status"] == "OK", timeout=30)
+        h.control("meter", "off")
+        # no telegram for 10 s: latest has no value to offer (204), the LED shows Error
+        h.wait_for(lambda: h.get("/api/v1/history/latest")[0] == 204, timeout=30)
+        assert h.get("/api/v1/system/led")[1]["status"] == "ERROR"
+        h.control("meter", None)
+        _latest_values(h)
+        h.wait_for(lambda: h.get("/api/v1/system/led")[1]["status"] == "OK", timeout=30)
+    finally:
+        h.stop()
