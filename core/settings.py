@@ -318,19 +318,10 @@ class SettingsError(Exception):
         self.fields = fields
 
 
-def tz_table():
-    """Path of core/tz.dat beside core/tz.py: the drive root on the device, the sources on the host runtime."""
-    from core import tz
-
-    f = getattr(tz, "__file__", None) or ""
-    cut = f.rfind("/")
-    return f[:cut + 1] + "tz.dat" if cut >= 0 else tz.TABLE
-
-
 def _zone_from_table(name):
     from core import tz  # imported only when a zone is validated
 
-    for zone, _off in tz.list_zones(0, tz_table()):
+    for zone, _off in tz.list_zones(0):
         if zone == name:
             return True
     return False

@@ -185,16 +185,14 @@ def routes(app):
 
     def timezones(request):
         from core import tz
-        from core.settings import tz_table
 
         now = _wall_time(app)
-        table = tz_table()
 
         def body():
             # Streamed: ~600 zones are ~25 KB of JSON, too much to build at once without PSRAM.
             first = True
             part = ["["]
-            for name, off in tz.list_zones(now, table):
+            for name, off in tz.list_zones(now):
                 part.append('%s{"name":"%s","utcOffsetMin":%d}' % ("" if first else ",", name, off))
                 first = False
                 if len(part) >= 16:
