@@ -68,7 +68,7 @@ def read_json(request, required=True):
         raise ApiError(400, "Content-Type must be application/json")
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeError):
+    except Exception:  # ValueError, UnicodeError, or a recursion error from deep nesting (RuntimeError on the device)
         raise ApiError(400, "Malformed JSON")
     if not isinstance(data, dict):
         raise ApiError(400, "Request body must be a JSON object")

@@ -2,12 +2,13 @@
 
 import json
 import os
+import socket
 import time
 
 import pytest
 import requests
 
-from tests.test_api_harness import start_host
+from tests.test_api_harness import raw, start_host, status_of
 
 pytestmark = pytest.mark.slow
 
@@ -243,6 +244,10 @@ def test_bad_bodies(host):
     is_error(requests.post(url(host, "/api/v1/settings"), data=b"\xff\xfe", timeout=10,
                            headers={"Content-Type": "application/json"}), 400)
     is_error(requests.post(url(host, "/api/v1/auth/tokens/confirm"), json={}, timeout=10), 400)
+    is_error(requests.post(url(host, "/api/v1/settings"), data="[" * 4000 + "]" * 4000, timeout=10,
+                           headers={"Content-Type": "application/json"}), 400, "Malformed JSON")
+    is_error(requests.post(url(host, "/api/v1/settings"), data='{"a": NaN}', timeout=10,
+                           headers={"Content-Type": "application/json; charset=utf-8"}), 400)
     is_error(requests.post(url(host, "/api/v1/settings"), json={"x": "y" * 9000}, timeout=10), 413)
 
 
@@ -366,6 +371,9 @@ def test_rate_limit_429(tmp_path_factory):
     h = start_host(tmp_path_factory, "rate", rate_limit=25)
     try:
         time.sleep(10.5)  # the start-up probes count too: let the window pass
+        for _ in range(30):  # connections that never make a request do not count
+            socket.create_connection(("127.0.0.1", h.port)).close()
+        assert status_of(raw(h.port, b"GET /api/v1/system/al")) == 408
         codes = [get(h, "/api/v1/system/alive").status_code for _ in range(25)]
         assert codes == [200] * 25
         r = get(h, "/api/v1/settings")
