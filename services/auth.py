@@ -17,23 +17,28 @@ PENDING_MS = 60000   # a generated pair must be confirmed within this (spec: 60 
 TOKEN_BYTES = 32     # 256 bits from the hardware RNG, sent as 64 hex digits
 
 
-def sha256_hex(text):
-    """Hex SHA-256 of a string (CircuitPython: hashlib.new only, no hexdigest)."""
+def digest(text):
+    """SHA-256 digest (32 bytes) of a string (CircuitPython: hashlib.new only)."""
     data = text.encode() if isinstance(text, str) else bytes(text)
     try:
         h = hashlib.new("sha256", data)
     except AttributeError:  # MicroPython's unix/wasm ports spell it hashlib.sha256
         h = hashlib.sha256(data)
-    return binascii.hexlify(h.digest()).decode()
+    return h.digest()
+
+
+def sha256_hex(text):
+    """Hex SHA-256 of a string, as stored in the token file (no hexdigest on CircuitPython)."""
+    return binascii.hexlify(digest(text)).decode()
 
 
 def same(a, b):
-    """Constant-time equality of two strings of the same length (hash hex digests)."""
+    """Constant-time equality of two byte strings of the same length (digests): no early exit on a difference."""
     if a is None or b is None or len(a) != len(b):
         return False
     diff = 0
     for i in range(len(a)):
-        diff |= ord(a[i]) ^ ord(b[i])
+        diff |= a[i] ^ b[i]
     return diff == 0
 
 
@@ -61,9 +66,9 @@ class Tokens:
     def __init__(self, path, urandom=os.urandom):
         self.path = path
         self._urandom = urandom
-        self._read = None
+        self._read = None      # SHA-256 digests of the active tokens
         self._write = None
-        self._pending = None   # (read hash, write hash, expiry ticks)
+        self._pending = None   # (read digest, write digest, expiry ticks)
         self.load_error = None
 
     def load(self):
@@ -73,8 +78,8 @@ class Tokens:
         if data is None:
             return
         if isinstance(data, dict) and _valid_hash(data.get("read")) and _valid_hash(data.get("write")):
-            self._read = data["read"]
-            self._write = data["write"]
+            self._read = binascii.unhexlify(data["read"])
+            self._write = binascii.unhexlify(data["write"])
         else:
             self.load_error = "unreadable token file"
 
@@ -86,7 +91,7 @@ class Tokens:
         """WRITE, READ or None for a presented token."""
         if not token or self._write is None:
             return None
-        h = sha256_hex(token)
+        h = digest(token)
         if same(h, self._write):
             return WRITE
         if same(h, self._read):
@@ -100,7 +105,7 @@ class Tokens:
         """A new pending pair (read, write), valid PENDING_MS; it replaces an earlier pending pair."""
         read = self._new_token()
         write = self._new_token()
-        self._pending = (sha256_hex(read), sha256_hex(write), ticks_add(now_ms, PENDING_MS))
+        self._pending = (digest(read), digest(write), ticks_add(now_ms, PENDING_MS))
         return read, write
 
     def pending(self, now_ms):
@@ -115,9 +120,9 @@ class Tokens:
         if not ticks_less(now_ms, p[2]):
             self._pending = None
             raise TokenError(410, "Pending tokens expired: generate a new pair")
-        if not isinstance(new_write_token, str) or not same(sha256_hex(new_write_token), p[1]):
+        if not isinstance(new_write_token, str) or not same(digest(new_write_token), p[1]):
             raise TokenError(409, "new_write_token does not match the pending tokens")
-        write_atomic(self.path, {"read": p[0], "write": p[1]})
+        write_atomic(self.path, {"read": binascii.hexlify(p[0]).decode(), "write": binascii.hexlify(p[1]).decode()})
         self._read, self._write = p[0], p[1]
         self._pending = None
 

@@ -17,7 +17,7 @@ def test_sha256_hex_matches_hashlib():
 
 
 def test_same_is_plain_equality():
-    assert same("ab", "ab") and not same("ab", "ac") and not same("ab", "abc") and not same(None, "a")
+    assert same(b"ab", b"ab") and not same(b"ab", b"ac") and not same(b"ab", b"abc") and not same(None, b"a")
 
 
 def test_factory_state_has_no_tokens(tmp_path):
