@@ -497,6 +497,7 @@ class HardenedServer(Server):
                 return False
             if n == 0:
                 return False
+            c.progress = now  # draining is progress: not a candidate for replacement
             budget -= n
         return True
 
