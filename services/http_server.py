@@ -191,11 +191,12 @@ class HardenedServer(Server):
     def poll(self):
         """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
         now = self._ticks()
-        keep = []
-        for c in self._conns:
-            if self._advance(c, now):
-                keep.append(c)
-        self._conns = keep
+        if self._conns:  # idle polls allocate nothing here (the device raises EAGAIN from accept anyway)
+            keep = []
+            for c in self._conns:
+                if self._advance(c, now):
+                    keep.append(c)
+            self._conns = keep
         self._accept(now)
 
     def _advance(self, c, now):
