@@ -129,7 +129,6 @@ def build():
                                                   "password": env("CIRCUITPY_WIFI_PASSWORD", "")}}})
         except Exception as exc:
             log.warning("settings.toml WiFi not taken: %s", exc)
-    led.enabled = settings.get("ledEnable", True)
     app.auth = Tokens(TOKENS_PATH)
     app.auth.load()
     try:

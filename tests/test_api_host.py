@@ -431,3 +431,19 @@ def test_filter_and_ct_ratio_apply_at_once(host):
     post(host, "/api/v1/settings", {"medianFilterSize": 5, "ctRatio": 1})
     m = host.wait_for(lambda: (lambda m: m if m.get("ct_ratio") == 1 else None)(meter()), timeout=10)
     assert m["median"] == 5
+
+
+def test_first_boot_takes_wifi_from_settings_toml(tmp_path_factory):
+    h = start_host(tmp_path_factory, "firstboot",
+                   toml_extra='CIRCUITPY_WIFI_SSID = "BootNet"\nCIRCUITPY_WIFI_PASSWORD = "bootpass1"\n')
+    try:
+        s = get(h, "/api/v1/settings").json()
+        assert s["wifi"]["primary"]["ssid"] == "BootNet" and s["wifi"]["primary"]["password_set"] is True
+        post(h, "/api/v1/settings", {"wifi": {"primary": {"ssid": "Changed"}}})
+    finally:
+        h.stop()
+    h.start()  # the document exists now: settings.toml no longer overrides it
+    try:
+        assert get(h, "/api/v1/settings").json()["wifi"]["primary"]["ssid"] == "Changed"
+    finally:
+        h.stop()
