@@ -12,3 +12,4 @@ def test_fifty_power_cuts_in_a_simulated_week(tmp_path):
     assert stats["kills"] == 50
     assert stats["records"] > 4 * 24 * 2          # days of quarter hours made it to the flash across the cuts
     assert stats["lost_max"] <= history_powercut.BATCH_MAX
+    assert stats["snapshots"] >= 5                 # cuts where what was served before is compared with the flash
