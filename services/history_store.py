@@ -290,6 +290,8 @@ class HistoryStore:
                     f.write(buf)
                     ring.last = (ring.next_seq,) + tuple(rec[1:])
                     ring.next_seq += 1
+                    if ring.valid < ring.cap:
+                        ring.valid += 1
                     ring.head += 1
                     if ring.head == ring.cap:
                         ring.head = 0
