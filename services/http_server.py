@@ -124,8 +124,7 @@ class _Conn:
         self.streaming = None   # the ChunkedResponse being streamed
         self.after = None       # request.after_sent: called once the answer went out (e.g. the reboot)
         self.request = None
-        self.continued = False
-        self.drain_left = 0
+        self.drain = False      # unread input may follow an early answer: drain it before closing
 
     # What adafruit_httpserver's Response calls on request.connection: collect, never block.
     def send(self, data):
@@ -344,13 +343,11 @@ class HardenedServer(Server):
             return False
         size = int(length)
         if size > self.max_body_bytes:
-            c.drain_left = size - (len(c.buf) - c.head_end - 4)
             self._answer_error(c, 413, "Request body too large (limit %d bytes)" % self.max_body_bytes, now)
             return False
         c.total = c.head_end + 4 + size
         expect = request.headers.get("Expect")
         if expect is not None and expect.lower() == "100-continue" and len(c.buf) < c.total:
-            c.continued = True
             self._raw_send(c, b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
 
@@ -407,7 +404,7 @@ class HardenedServer(Server):
         c.progress = now
         c.deadline = ticks_add(now, self.send_deadline_ms)
         if code != 408:  # a fast client may still be sending: drain it before closing (a slow one is not worth it)
-            c.drain_left = max(c.drain_left, 1)
+            c.drain = True
 
     def _render_error(self, c, code, message):
         response = error_response(c.request, code, message)
@@ -457,7 +454,7 @@ class HardenedServer(Server):
             return True
         if c.chunks is not None:
             return True
-        if c.drain_left <= 0:
+        if not c.drain:
             return False
         c.phase = _DRAIN
         c.deadline = ticks_add(now, self.drain_ms)
@@ -478,7 +475,7 @@ class HardenedServer(Server):
                 if self._log is not None:
                     self._log.error("http stream: %s %s", type(exc).__name__, exc)
                 c.chunks = None
-                c.drain_left = 0
+                c.drain = False
                 return
             if chunk:
                 response._send_chunk(chunk)
