@@ -1,5 +1,7 @@
 """The REST API service: the hardened server plus rate limit, low-heap guard, routing (404/405) and token levels."""
 
+import json
+
 from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.module import Module
@@ -125,6 +127,15 @@ class HttpApi(Module):
         denied = self._check_token(request)
         if denied is not None:
             return denied
+        if request.body:
+            ctype = request.headers.get_directive("Content-Type")
+            if ctype is not None and ctype.lower() == "application/json":
+                # Checked here for every route (other services' too): a malformed or too deeply nested body is
+                # 400 before any handler sees it. Bodies are at most 8 KB, so the second parse is cheap.
+                try:
+                    json.loads(request.body)
+                except Exception:
+                    return error_response(request, 400, "Malformed JSON")
         return handler(request, **extra)
 
     def _check_token(self, request):

@@ -244,8 +244,11 @@ def test_bad_bodies(host):
     is_error(requests.post(url(host, "/api/v1/settings"), data=b"\xff\xfe", timeout=10,
                            headers={"Content-Type": "application/json"}), 400)
     is_error(requests.post(url(host, "/api/v1/auth/tokens/confirm"), json={}, timeout=10), 400)
-    is_error(requests.post(url(host, "/api/v1/settings"), data="[" * 4000 + "]" * 4000, timeout=10,
-                           headers={"Content-Type": "application/json"}), 400, "Malformed JSON")
+    for path in ("/api/v1/settings", "/api/v1/mqtt/ca", "/api/v1/cloud/pair"):  # every route, others' too
+        is_error(requests.post(url(host, path), data="[" * 4000 + "]" * 4000, timeout=10,
+                               headers={"Content-Type": "application/json"}), 400, "Malformed JSON")
+        is_error(requests.post(url(host, path), data='{"certificate": ', timeout=10,
+                               headers={"Content-Type": "application/json"}), 400, "Malformed JSON")
     is_error(requests.post(url(host, "/api/v1/settings"), data='{"a": NaN}', timeout=10,
                            headers={"Content-Type": "application/json; charset=utf-8"}), 400)
     is_error(requests.post(url(host, "/api/v1/settings"), json={"x": "y" * 9000}, timeout=10), 413)
