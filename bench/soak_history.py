@@ -17,6 +17,8 @@ def main(argv=None):
     p.add_argument("kills", nargs="?", type=int, default=1000)
     p.add_argument("--speed", type=float, default=3600.0)
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--up", type=float, nargs=2, default=(0.8, 4.0), metavar=("MIN", "MAX"),
+                   help="seconds of real time the firmware runs before each cut (uniform; default 0.8 4.0)")
     p.add_argument("--keep", action="store_true", help="keep the drive folder for inspection")
     args = p.parse_args(argv)
     sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
@@ -26,7 +28,7 @@ def main(argv=None):
     t0 = time.monotonic()
     print("soak: %d cuts at --speed %g, seed %d, drive %s" % (args.kills, args.speed, args.seed, work), flush=True)
     try:
-        stats = history_powercut.run(args.kills, work, speed=args.speed, seed=args.seed,
+        stats = history_powercut.run(args.kills, work, speed=args.speed, seed=args.seed, up_s=tuple(args.up),
                                      log=lambda m: print(m, flush=True))
     except history_powercut.Failure as exc:
         print("soak FAILED: %s (drive kept in %s)" % (exc, work), flush=True)
