@@ -242,6 +242,9 @@ class History(Module):
             if "history.flushMinutes" in ch or "history" in ch:
                 self._load_flush_setting()
                 self._flush_at = None
+            if "timezone" in ch and self._day is not None and self.clock is not None:
+                # The clock (polled before us) has the new zone: the open day ends at its new midnight.
+                self._day[8] = self._day_start(self._day[0] + 1)
             ch = self._changes.pop()
         clock = self.clock
         utc = clock.time() if clock is not None and clock.synced else None

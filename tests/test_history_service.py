@@ -366,3 +366,15 @@ def test_a_file_removed_while_running_is_created_again_at_the_next_flush():
     assert sim.h.counters["flush_errors"] == 1 and sim.h.hr
     sim.run(3600)
     assert len(list(sim.store.records(HR))) == 8 and sim.h.state == "OK"
+
+
+def test_a_time_zone_change_moves_the_end_of_the_open_day():
+    t0 = berlin_midnight(2026, 6, 10)
+    sim = Sim(t0 + 3600)
+    sim.run(3600)
+    from core.tz import Rule
+
+    sim.clock.rule = Rule("EST5EDT,M3.2.0,M11.1.0")          # New York: midnight comes 6 h later in UTC
+    sim.bus.publish("settings", ["timezone"])
+    sim.run(22 * 3600 + 1800)                                 # past Berlin's midnight, before New York's
+    assert sim.h.lr == [] and sim.h._day[8] == sim.h._day_start(sim.h._day[0] + 1)
