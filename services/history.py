@@ -106,6 +106,8 @@ class History(Module):
             return
         self._prev = [last[6], last[7]]
         self._last_t = last[1]
+        if self.clock is None:
+            return  # no clock, no days: nothing is recorded without one anyway
         lr_last = self.store.lr.last
         closed = lr_last[2] if lr_last is not None else -(1 << 30)
         day = None
@@ -300,7 +302,6 @@ class History(Module):
         snap = self.store.hr.next_seq - 1
         ram = self.hr
         store = self.store
-
         ok = self.store_ok
 
         def body():
@@ -314,7 +315,6 @@ class History(Module):
         ram = self.lr
         tail = [self._day_rec(self._day)] if self._day is not None else []
         store = self.store
-
         ok = self.store_ok
 
         def body():
