@@ -13,3 +13,24 @@ sys.path.append(ROOT)
 if CP not in sys.path:
     sys.path.insert(0, CP)
 sys.modules.pop("code", None) if getattr(sys.modules.get("code"), "__file__", "").startswith(ROOT) else None
+
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_leaked_sockets(request):
+    """A test module that leaves stand-in sockets open would shrink the 8-socket budget of every later module:
+    close them and fail that module's last test (servers may hold a connection between a module's own tests)."""
+    socketpool = sys.modules.get("socketpool")
+    before = set(socketpool._open) if socketpool is not None else set()
+    yield
+    socketpool = sys.modules.get("socketpool")
+    if socketpool is None:
+        return
+    leaked = [s for s in list(socketpool._open) if s not in before]
+    for s in leaked:
+        s.close()
+    if leaked:
+        pytest.fail("%s left %d socketpool socket(s) open" % (request.module.__name__, len(leaked)), pytrace=False)
