@@ -129,7 +129,7 @@ def main(argv=None):
           % (args.bind, args.http_port, state, args.meter, args.speed), flush=True)
     while True:
         _load_settings_toml(toml, overrides)
-        _scale_poll_warning(args.speed)
+        _stretch_network_deadlines(args.speed)
         try:
             runpy.run_path(os.path.join(REPO, "code.py"), run_name="__main__")
             return 0  # code.py returned: the device would wait for a reload
@@ -142,11 +142,28 @@ def main(argv=None):
             return 0
 
 
-def _scale_poll_warning(speed):
-    """Ticks are simulated: at --speed X a 50 ms poll warning would fire on 50/X real ms, so scale the threshold."""
-    from core.supervisor import Supervisor
+# Deadlines that a peer on the real network experiences (an HTTP client, the MQTT broker, a Modbus client, the NTP
+# server). The firmware measures them on ticks, which run --speed times faster here, so they are stretched by the
+# same factor; everything else (meter staleness, history intervals) stays on simulated time on purpose.
+NETWORK_DEADLINES = (
+    ("core.supervisor", "Supervisor", ("warn_poll_ms",)),
+    ("services.http_server", "HardenedServer", ("recv_deadline_ms", "send_deadline_ms", "drain_ms", "stall_ms",
+                                                "send_stall_ms")),
+    ("services.mqtt", "MqttService", ("connack_timeout_ms", "ping_every_ms", "ping_timeout_ms", "send_stall_ms",
+                                      "backoff_first_ms", "backoff_max_ms", "stable_ms")),
+    ("services.modbus_server", "ModbusServer", ("idle_ms",)),
+    ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
+)
 
-    Supervisor.warn_poll_ms = int(50 * speed)
+
+def _stretch_network_deadlines(speed):
+    """Scale the real-time deadlines by --speed on the freshly imported firmware classes (before code.py runs)."""
+    import importlib
+
+    for module, cls, attrs in NETWORK_DEADLINES:
+        klass = getattr(importlib.import_module(module), cls)
+        for attr in attrs:
+            setattr(klass, attr, int(getattr(klass, attr) * speed))
 
 
 def _start_ntp(spec, speed):

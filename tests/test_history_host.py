@@ -33,9 +33,6 @@ def ntp():
     stop()
 
 
-@pytest.mark.xfail(strict=False, reason="services/http_server.py runs its deadlines on the simulated ticks: at --speed "
-                   "900 its 1 s send stall is 1.1 ms of real time and a 15 KB answer is cut. Passes when HttpApi gets "
-                   "real-time ticks on the host (checked with ticks=time.monotonic ms).")
 def test_a_day_of_quarter_hours_accrues_at_speed_900_and_the_client_reads_it(tmp_path, ntp):
     sim, server = ntp
     host = HostProcess(tmp_path / "drive", args=["--speed", "900", "--ntp", server]).start()

@@ -147,3 +147,15 @@ def test_silent_meter_is_stale_not_last_value_and_led_shows_error(tmp_path):
         h.wait_for(lambda: h.get("/api/v1/system/led")[1]["status"] == "OK", timeout=30)
     finally:
         h.stop()
+
+
+def test_every_stretched_network_deadline_exists():
+    # A renamed tunable would silently stop being stretched at --speed: name them all.
+    import importlib
+
+    from host.__main__ import NETWORK_DEADLINES
+
+    for module, cls, attrs in NETWORK_DEADLINES:
+        klass = getattr(importlib.import_module(module), cls)
+        for attr in attrs:
+            assert isinstance(getattr(klass, attr), int), (module, cls, attr)
