@@ -72,20 +72,20 @@ def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print):
     try:
         for i in range(n_kills):
             host = HostProcess(state, args=["--speed", str(speed), "--ntp", "%s:%d" % (ntp_host, ntp_port)])
-            host.start(timeout=60)
-            time.sleep(rng.uniform(*up_s))
-            served = None
-            for _try in range(3):
-                try:
-                    served = served_quarters(host, int(sim()))
-                    break
-                except (OSError, http.client.HTTPException, Failure, ValueError):
-                    # At --speed 3600 the server's 10 s send deadline is 3 ms of real time: a long answer
-                    # can be cut. Without a snapshot the file checks below still run.
-                    pass
-            stats["snapshots"] += served is not None
-            time.sleep(rng.uniform(0, 0.3))
-            host.kill()
+            try:
+                host.start(timeout=60)
+                time.sleep(rng.uniform(*up_s))
+                served = None
+                for _try in range(3):
+                    try:
+                        served = served_quarters(host, int(sim()))
+                        break
+                    except (OSError, http.client.HTTPException, Failure, ValueError):
+                        pass  # a busy or cut answer: without a snapshot the file checks below still run
+                stats["snapshots"] += served is not None
+                time.sleep(rng.uniform(0, 0.3))
+            finally:
+                host.kill()   # the cut itself, and never a firmware left running when this harness fails
             stats["kills"] += 1
             if not os.path.exists(os.path.join(state, "history.bin")):
                 continue          # killed before the clock synced and the file was created
