@@ -2,6 +2,7 @@
 
 import json
 import os
+from core.files import exists as _exists, remove_quiet as _remove
 
 # Defaults of the spec's settings table (device-api.md); the wire names follow aio-wattwaechter where the spec
 # shows none. Encodings the spec leaves open: language.active "de"/"en", medianFilterSize 0 = Off.
@@ -87,21 +88,6 @@ def _sync():
     try:
         os.sync()
     except (AttributeError, OSError):
-        pass
-
-
-def _exists(path):
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
         pass
 
 

@@ -4,6 +4,7 @@ import binascii
 import os
 
 from micropython import const
+from core.files import exists as _exists, remove_quiet as _remove
 
 PATH = "mqtt_ca.pem"
 MAX_BYTES = const(4096)   # documented upload limit; a CA certificate is 1-2.5 KB of PEM
@@ -72,21 +73,6 @@ def validate(text):
         lines.append(b64[i:i + 64])
     lines.append(_END)
     return "\n".join(lines) + "\n"
-
-
-def _exists(path):
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 def _read(path):
