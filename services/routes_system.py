@@ -1,6 +1,5 @@
 """System routes: alive, info, led, wifi_scan, timezones, reboot."""
 
-import time
 
 from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
 from adafruit_ticks import ticks_diff, ticks_ms
@@ -89,13 +88,15 @@ def _section(d):
 
 
 def _wall_time(app):
+    """UTC now from the NTP clock; before the first sync a fixed January instant (standard time), never the
+    unset RTC's invented date."""
     clock = app.clock
-    if clock is not None:
-        try:
-            return int(clock.time())
-        except Exception:
-            pass
-    return int(time.time())
+    now = clock.time() if clock is not None else None
+    if now is None:
+        from core.clock import Clock
+
+        return Clock.MIN_EPOCH
+    return int(now)
 
 
 def routes(app):

@@ -159,3 +159,42 @@ def test_every_stretched_network_deadline_exists():
         klass = getattr(importlib.import_module(module), cls)
         for attr in attrs:
             assert isinstance(getattr(klass, attr), int), (module, cls, attr)
+
+
+def test_unsynced_clock_lists_zones_at_standard_time_and_says_so(tmp_path):
+    h = HostProcess(tmp_path / "drive", args=["--ntp", "fail"]).start()
+    try:
+        status, zones, _h = h.get("/api/v1/system/timezones")
+        info = h.get("/api/v1/system/info")[1]
+    finally:
+        h.stop()
+    assert status == 200
+    offsets = {z["name"]: z["utcOffsetMin"] for z in zones}
+    # No wall time yet: a fixed January instant, not the unset RTC's date or the computer's clock.
+    assert offsets["Europe/Berlin"] == 60 and offsets["America/New_York"] == -300
+    assert offsets["Australia/Sydney"] == 660   # southern summer in January
+    clock = {e["name"]: e["value"] for e in info["clock"]}
+    assert clock["synced"] is False
+
+
+def test_wall_time_before_sync_is_never_the_rtc_or_computer_clock():
+    from core.clock import Clock
+    from services.routes_system import _wall_time
+
+    class Unsynced:
+        def time(self):
+            return None
+
+    class Synced:
+        def time(self):
+            return 1_800_000_000
+
+    class App:
+        clock = None
+
+    app = App()
+    assert _wall_time(app) == Clock.MIN_EPOCH
+    app.clock = Unsynced()
+    assert _wall_time(app) == Clock.MIN_EPOCH
+    app.clock = Synced()
+    assert _wall_time(app) == 1_800_000_000
