@@ -34,3 +34,23 @@ def _no_leaked_sockets(request):
         s.close()
     if leaked:
         pytest.fail("%s left %d socketpool socket(s) open" % (request.module.__name__, len(leaked)), pytrace=False)
+
+
+# Shared fixtures of the MQTT tests (here, not in tests/conftest.py: a conftest inside the tests package makes
+# pytest put the repo root back in front of the standard library, where code.py shadows the module `code`).
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    """A CA and a server certificate for 127.0.0.1, made with openssl for this module."""
+    from tests.mqtt_peers import make_ca
+
+    return make_ca(str(tmp_path_factory.mktemp("ca")))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, certs):
+    """A real mosquitto with a plain and a TLS listener for the whole module (a module may override it)."""
+    from tests.mqtt_peers import Broker
+
+    b = Broker(str(tmp_path_factory.mktemp("broker")), tls=certs).start()
+    yield b
+    b.stop()

@@ -21,11 +21,6 @@ DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return make_ca(str(tmp_path_factory.mktemp("ca")))
-
-
 @pytest.fixture
 def broker(tmp_path, certs):
     b = Broker(str(tmp_path / "broker"), tls=certs).start()

@@ -6,13 +6,7 @@ import os
 import pytest
 
 from services import mqtt_ca
-from tests.mqtt_peers import make_ca
 from tools.mpvm import MicroVM
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return make_ca(str(tmp_path_factory.mktemp("ca")))
 
 
 @pytest.fixture

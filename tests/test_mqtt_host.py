@@ -13,23 +13,11 @@ from aio_wattwaechter import Wattwaechter
 from aio_wattwaechter.exceptions import WattwaechterNotFoundError, WattwaechterRateLimitError
 
 from tests.hostproc import HostProcess
-from tests.mqtt_peers import Broker, Subscriber, make_ca
+from tests.mqtt_peers import Subscriber
 
 pytestmark = pytest.mark.slow
 DEV = "024d50000001"   # the host runtime's MAC
 PREFIX = "meterplus/" + DEV
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return make_ca(str(tmp_path_factory.mktemp("ca")))
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory, certs):
-    b = Broker(str(tmp_path_factory.mktemp("broker")), tls=certs).start()
-    yield b
-    b.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,7 @@ import socketpool
 import wifi
 
 from services import mqtt as m
-from tests.mqtt_peers import Broker, device_ssl, make_ca
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return make_ca(str(tmp_path_factory.mktemp("ca")))
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory, certs):
-    b = Broker(str(tmp_path_factory.mktemp("broker")), tls=certs).start()
-    yield b
-    b.stop()
+from tests.mqtt_peers import device_ssl, make_ca
 
 
 def test_cadata_connect_nonblocking_recv_and_socket_budget(broker, certs):
