@@ -20,9 +20,9 @@ from core.settings import Settings
 from core.supervisor import Supervisor
 from drivers.button import Button
 from drivers.status_led import StatusLed
-from services import http_api
-from services.lifecycle import Lifecycle
-from services.status_policy import StatusPolicy
+from services.api import service as http_api
+from services.system.lifecycle import Lifecycle
+from services.system.status_policy import StatusPolicy
 
 SETTINGS_PATH = "settings.json"
 TOKENS_PATH = "tokens.json"
@@ -86,7 +86,7 @@ def build():
 
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
     from drivers.ir_head import IrHead
-    from services.meter_pipeline import MeterPipeline
+    from services.metering.pipeline import MeterPipeline
 
     # "auto" keeps one 8N1 UART: a D0 (7E1) character then carries its parity in bit 7, checked in software.
     ir_mode = env("METERPLUS_IR_MODE", "auto")
@@ -109,19 +109,23 @@ def build():
     # --- end clock ---
 
     # --- history ---
-    from services import routes_history
-    from services.history import History
-    from services.history_store import HistoryStore
+    from services.history import routes as history_routes
+    from services.history.service import History
+    from services.history.store import HistoryStore
 
     app.history = sup.add(History(bus, app.clock, settings, HistoryStore("history.bin", log=log), log=log))
     flushables.append(app.history)
-    routes.append(routes_history)
+    routes.append(history_routes)
     # --- end history ---
 
     # --- api: routes, auth, settings ---
-    from services import routes_auth, routes_logs, routes_misc, routes_settings, routes_system
-    from services.auth import Tokens
-    from services.flash_log import FlashLog
+    from services.api import routes_auth, routes_settings
+    from services.api.auth import Tokens
+    from services.cloud import routes as cloud_routes
+    from services.logs import routes as log_routes
+    from services.logs.flash_log import FlashLog
+    from services.ota import routes as ota_routes
+    from services.system import routes as system_routes
 
     if not settings.exists() and env("CIRCUITPY_WIFI_SSID", ""):
         try:  # first boot: settings.toml's WiFi keys seed the document once
@@ -142,8 +146,8 @@ def build():
     log.sinks.append(flash_log.sink)
     flushables.append(flash_log)
     app.flash_log = flash_log
-    app.wifi_scanner = sup.add(routes_system.WifiScanner(wifi.radio))
-    routes.extend((routes_system, routes_settings, routes_auth, routes_misc, routes_logs))
+    app.wifi_scanner = sup.add(system_routes.WifiScanner(wifi.radio))
+    routes.extend((system_routes, routes_settings, routes_auth, ota_routes, cloud_routes, log_routes))
     # --- end api ---
 
     # --- mqtt ---
@@ -151,9 +155,9 @@ def build():
         import ssl
     except ImportError:  # a build without ssl: TLS brokers fail with a clear last_error, plain ones work
         ssl = None
-    from services import routes_mqtt
-    from services.mqtt import MqttService
-    from services.mqtt_ca import CaStore
+    from services.mqtt import routes as mqtt_routes
+    from services.mqtt.ca_store import CaStore
+    from services.mqtt.service import MqttService
 
     mqtt_web_port = int(env("METERPLUS_HTTP_PORT", 80))
 
@@ -167,19 +171,19 @@ def build():
     app.mqtt = sup.add(MqttService(pool, bus, settings, app.device_id,
                                    ssl_context=ssl.create_default_context if ssl is not None else None,
                                    ca_store=CaStore(CA_PATH), web_url=mqtt_web_url, log=log))
-    routes.append(routes_mqtt)
+    routes.append(mqtt_routes)
     # --- end mqtt ---
 
     # --- modbus ---
     from core.version import VERSION
-    from services import routes_modbus
-    from services.modbus_server import ModbusServer
+    from services.modbus import routes as modbus_routes
+    from services.modbus.server import ModbusServer
 
     modbus_port = env("METERPLUS_MODBUS_PORT", None)  # the host runtime's --modbus-port wins over modbus.port
     app.modbus = sup.add(ModbusServer(pool, bus, settings, host=env("METERPLUS_BIND", "0.0.0.0"),
                                       port_override=int(modbus_port) if modbus_port is not None else None,
                                       serial=app.device_id, version=VERSION, log=log))
-    routes.append(routes_modbus)
+    routes.append(modbus_routes)
     # --- end modbus ---
 
     app.http = sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # nothing calls gc.collect(): heap figures are allocation counts (micropython.mem_total), an upper bound of the peak.
 _VM_SETUP = """
 import micropython
-from services import history_store as hs
+from services.history import store as hs
 with open("/input/history.bin", "rb") as f:
     data = f.read()
 class F:
@@ -67,7 +67,7 @@ def peak(make):
 def _build_file(path, day0, big=False):
     """A full history file: 1500 quarter hours up to day0+15 and 372 days before them."""
     sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
-    from services import history_store as hs
+    from services.history import store as hs
 
     cwd = os.getcwd()
     os.chdir(os.path.dirname(path))
@@ -117,8 +117,8 @@ def flash_inprocess(days=14, flush_minutes=60):
     from core.bus import Bus
     from core.tz import days_from_civil
     from host import flash_meter
-    from services.history import History
-    from services.history_store import HistoryStore
+    from services.history.service import History
+    from services.history.store import HistoryStore
     from tests.history_fakes import FakeClock, FakeSettings, reading
 
     tmp = tempfile.mkdtemp(prefix="hflash-")

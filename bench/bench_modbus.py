@@ -4,8 +4,8 @@ from tools.mpvm import MicroVM
 
 SETUP_MAP = """
 import struct
-from services.sunspec_map import SunSpecMap
-from services.modbus_server import handle_frame
+from services.modbus.sunspec_map import SunSpecMap
+from services.modbus.server import handle_frame
 from meter.reading import Reading
 values = {"1.8.0": (123456789, -1), "2.8.0": (4321000, -1), "16.7.0": (-1234, 0),
           "36.7.0": (-500, 0), "56.7.0": (-400, 0), "76.7.0": (-334, 0),
@@ -26,7 +26,7 @@ SETUP_POLL = """
 import errno, struct
 from core.bus import Bus
 from meter.reading import Reading
-from services.modbus_server import ModbusServer
+from services.modbus.server import ModbusServer
 REQ = struct.pack(">HHHBBHH", 1, 0, 6, 1, 3, 40054, 125)
 class Conn:
     def setblocking(self, flag):

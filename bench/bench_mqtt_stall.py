@@ -32,8 +32,8 @@ from core.bus import Bus  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.supervisor import Supervisor  # noqa: E402
 from meter.reading import Reading  # noqa: E402
-from services import mqtt as m  # noqa: E402
-from services.mqtt_ca import CaStore  # noqa: E402
+from services.mqtt import service as m  # noqa: E402
+from services.mqtt.ca_store import CaStore  # noqa: E402
 from tests.mqtt_peers import Broker, device_ssl, make_ca  # noqa: E402
 
 DEV = "024d50000001"
@@ -216,7 +216,7 @@ import errno
 from core.bus import Bus
 from core.settings import Settings
 from meter.reading import Reading
-from services import mqtt as m
+from services.mqtt import service as m
 class S:
     def __init__(self):
         self.inbox = bytearray(b"\\x20\\x02\\x00\\x00")
@@ -286,7 +286,7 @@ def vm_costs():
         for label, vals in (("3 values", _THREE), ("10 values", _TEN)):
             f, h = vm.measure(_VM_SETUP.replace("VALUES", vals), _VM_ROUND, repeat=10)
             out.append(("telemetry round, %s (values + JSON state, built and sent)" % label, f, h))
-        f, h = vm.measure("from services import ha_discovery as ha",
+        f, h = vm.measure("from services.mqtt import ha_discovery as ha",
                           'ha.config_payload("1.8.0", "024d50000001", "meterplus/024d50000001", "de", "M", "1", '
                           '"http://x/")', repeat=10)
         out.append(("one discovery payload (JSON)", f, h))

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 from host.ntp_server import scaled_clock, start_ntp_server
-from services import history_store as hs
+from services.history import store as hs
 from tests.hostproc import HostProcess
 
 EPOCH0 = 1_782_000_000          # 2026-06-21 (UTC), a simulated week from here

@@ -1,10 +1,10 @@
-"""services/flash_log.py: batched appends, bounded size with one rotation, CSV escaping, reading back in order."""
+"""services/logs/flash_log.py: batched appends, bounded size with one rotation, CSV escaping, reading back in order."""
 
 import os
 
 import pytest
 
-from services.flash_log import HEADER, FlashLog, csv_field, iso_utc
+from services.logs.flash_log import HEADER, FlashLog, csv_field, iso_utc
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""services/auth.py token logic and core/settings.py validation, on CPython and inside the MicroPython VM."""
+"""services/api/auth.py token logic and core/settings.py validation, on CPython and inside the MicroPython VM."""
 
 import json
 import os
 
 import pytest
 
-from services.auth import PENDING_MS, READ, WRITE, TokenError, Tokens, same, sha256_hex
+from services.api.auth import PENDING_MS, READ, WRITE, TokenError, Tokens, same, sha256_hex
 from tests.steppedclock import SteppedClock
 from tools.mpvm import MicroVM
 
@@ -107,7 +107,7 @@ def test_tokens_come_from_urandom(tmp_path):
 
 VM_CODE = r"""
 import os
-from services.auth import Tokens, sha256_hex, same, READ, WRITE, TokenError
+from services.api.auth import Tokens, sha256_hex, same, READ, WRITE, TokenError
 t = Tokens("/nowhere/tokens.json", urandom=lambda n: bytes(range(n)))
 t.load()
 print("configured", t.configured())

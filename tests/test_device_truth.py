@@ -25,7 +25,7 @@ HARDWARE = {"board", "busio", "digitalio", "microcontroller", "neopixel", "wifi"
 def device_files():
     files = [os.path.join(ROOT, "code.py"), os.path.join(ROOT, "boot.py")]
     for d in DEVICE_DIRS:
-        files += sorted(glob.glob(os.path.join(ROOT, d, "*.py")))
+        files += sorted(glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True))
     return files
 
 

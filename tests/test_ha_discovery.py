@@ -6,7 +6,7 @@ import json
 import pytest
 
 from meter import obis
-from services import ha_discovery as ha
+from services.mqtt import ha_discovery as ha
 from tools.mpvm import MicroVM
 
 DEV = "024d50000001"
@@ -96,14 +96,14 @@ def test_same_payloads_inside_micropython():
     codes = list(obis.CODES)
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _fuel = vm.run("""
-from services import ha_discovery as ha
+from services.mqtt import ha_discovery as ha
 from meter import obis
 for code in obis.CODES:
     print("@@", ha.config_topic("homeassistant", "%s", code), ha.config_payload(code, "%s", "%s", "en", "M", "1",
           "http://x/"))
 print("@@S", ha.state_json({"1.8.0": (123456789, -1), "16.7.0": (-2345, -1)}, ["1.8.0", "16.7.0"]))
 """ % (DEV, DEV, PREFIX))
-        fuel, heap = vm.measure("from services import ha_discovery as ha",
+        fuel, heap = vm.measure("from services.mqtt import ha_discovery as ha",
                                 'ha.config_payload("1.8.0", "%s", "%s", "de", "M", "1", "http://x/")' % (DEV, PREFIX))
     lines = [line for line in out.splitlines() if line.startswith("@@ ")]
     assert len(lines) == len(codes)

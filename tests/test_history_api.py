@@ -15,8 +15,8 @@ import socketpool
 from core.app import App
 from core.log import Log
 from core.tz import days_from_civil
-from services import routes_history
-from services.http_api import HttpApi
+from services.history import routes as routes_history
+from services.api.service import HttpApi
 from tests.history_fakes import reading
 from tests.hostproc import free_port
 from tests.test_history_service import Sim, berlin_midnight

@@ -125,7 +125,7 @@ def test_history_costs_two_erases_per_hourly_flush(meter):
 
 def test_the_store_works_under_a_hooked_open(meter):
     # The host runner installs the meter before code.py imports the store: open is then a Python function.
-    from services.history_store import HR, HistoryStore
+    from services.history.store import HR, HistoryStore
 
     st = HistoryStore("history.bin")
     assert st.open() == "created"

@@ -8,10 +8,10 @@ import pytest
 
 from core.bus import Bus
 from core.tz import days_from_civil
-from services import history_store as hs
-from services.history import History
-from services.history_store import HR, LR, HistoryStore
-from services.lifecycle import Lifecycle
+from services.history import store as hs
+from services.history.service import History
+from services.history.store import HR, LR, HistoryStore
+from services.system.lifecycle import Lifecycle
 from tests.history_fakes import FakeClock, FakeSettings, reading
 from tests.test_history_store import ListLog
 

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from services import history_store as hs
-from services.history_store import HR, LR, HistoryStore
+from services.history import store as hs
+from services.history.store import HR, LR, HistoryStore
 
 
 class ListLog:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from services import history_store as hs
+from services.history import store as hs
 from tools.mpvm import MicroVM
 
 DAY = 20614                      # 2026-06-10
@@ -41,7 +41,7 @@ def staged(tmp_path_factory):
 def test_serializer_output_is_byte_identical_in_the_vm(staged):
     vm, expect = staged
     out, _fuel = vm.run("""
-from services import history_store as hs
+from services.history import store as hs
 st = hs.HistoryStore("/input/h.bin", hr_cap=200, lr_cap=8)
 st.scan()
 print("@HR" + "".join(hs.high_res_json((st.records(hs.HR, 0xFFFFFFFF, %d, %d, True),), %d)))
@@ -62,8 +62,8 @@ def test_the_service_aggregates_flushes_and_serves_in_the_vm(staged):
 from core.bus import Bus
 from core.tz import Rule
 from meter.reading import Reading
-from services.history import History
-from services.history_store import HistoryStore
+from services.history.service import History
+from services.history.store import HistoryStore
 class Clock:
     def __init__(self, utc):
         self.rule = Rule("CET-1CEST,M3.5.0,M10.5.0/3")

@@ -179,7 +179,7 @@ def test_unsynced_clock_lists_zones_at_standard_time_and_says_so(tmp_path):
 
 def test_wall_time_before_sync_is_never_the_rtc_or_computer_clock():
     from core.clock import Clock
-    from services.routes_system import _wall_time
+    from services.system.routes import _wall_time
 
     class Unsynced:
         def time(self):

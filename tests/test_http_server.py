@@ -1,4 +1,4 @@
-"""services/http_server.py and http_api.py in-process on the socketpool stand-in with a stepped clock: deadlines,
+"""services/api/server.py and http_api.py in-process on the socketpool stand-in with a stepped clock: deadlines,
 eviction, contained handler faults, streaming, after_sent, limits, and the settings topic on the bus."""
 
 import json
@@ -13,10 +13,10 @@ from core.app import App
 from core.bus import Bus
 from core.log import Log
 from core.settings import Settings
-from services import routes_settings
-from services.auth import Tokens
-from services.http_api import HttpApi, RateLimiter, required_level
-from services.http_server import HardenedServer
+from services.api import routes_settings
+from services.api.auth import Tokens
+from services.api.service import HttpApi, RateLimiter, required_level
+from services.api.server import HardenedServer
 from tests.steppedclock import SteppedClock
 
 

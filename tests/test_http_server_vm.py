@@ -1,4 +1,4 @@
-"""services/http_server.py with adafruit_httpserver 4.8.2 inside the MicroPython VM, on scripted fake sockets that
+"""services/api/server.py with adafruit_httpserver 4.8.2 inside the MicroPython VM, on scripted fake sockets that
 behave like CircuitPython's (EAGAIN when idle, ENOTCONN 128 from a closed peer): device-true code paths."""
 
 import os
@@ -79,7 +79,7 @@ class FakePool:
         return [(2, 1, 0, "", (host, port))]
 
 from adafruit_httpserver import GET, POST, JSONResponse, ChunkedResponse, Route
-from services.http_server import HardenedServer, query, read_json
+from services.api.server import HardenedServer, query, read_json
 
 T = [1000]
 def hi(request):

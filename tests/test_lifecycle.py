@@ -4,7 +4,7 @@ import os
 
 from core.bus import Bus
 from drivers.status_led import StatusLed
-from services.lifecycle import Lifecycle
+from services.system.lifecycle import Lifecycle
 from tests.steppedclock import SteppedClock
 
 

@@ -155,7 +155,7 @@ def test_ir_head_and_pipeline_in_the_vm():
 import binascii
 from core.bus import Bus
 from drivers.ir_head import IrHead
-from services.meter_pipeline import MeterPipeline
+from services.metering.pipeline import MeterPipeline
 
 class Uart:
     def __init__(self, data):

@@ -15,8 +15,8 @@ from pymodbus.exceptions import ConnectionException, ModbusIOException
 from core.bus import Bus
 from core.settings import Settings
 from meter.reading import Reading
-from services.modbus_server import ModbusServer, handle_frame
-from services.sunspec_map import BASE, SunSpecMap
+from services.modbus.server import ModbusServer, handle_frame
+from services.modbus.sunspec_map import BASE, SunSpecMap
 from tools.mpvm import MicroVM
 
 VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4321000, -1), "16.7.0": (-1234, 0), "36.7.0": (-500, 0),
@@ -199,8 +199,8 @@ def test_frame_malformed_mbap_closes(frame):
 def test_serving_one_read_inside_micropython():
     """The frame handler runs in MicroPython 1.27 and answers with the same bytes."""
     code = (
-        "from services.sunspec_map import SunSpecMap\n"
-        "from services.modbus_server import handle_frame\n"
+        "from services.modbus.sunspec_map import SunSpecMap\n"
+        "from services.modbus.server import handle_frame\n"
         "import binascii\n"
         "m = SunSpecMap(203)\n"
         "tx = bytearray(260)\n"

@@ -13,8 +13,8 @@ from adafruit_ticks import ticks_ms
 from core.bus import Bus
 from core.settings import Settings
 from meter.reading import Reading
-from services import mqtt as m
-from services.mqtt_ca import CaStore
+from services.mqtt import service as m
+from services.mqtt.ca_store import CaStore
 from tests.mqtt_peers import Broker, Subscriber, device_ssl, make_ca
 
 DEV = "024d50000001"

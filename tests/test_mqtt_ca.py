@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from services import mqtt_ca
+from services.mqtt import ca_store as mqtt_ca
 from tools.mpvm import MicroVM
 
 
@@ -105,7 +105,7 @@ def test_damaged_file_means_no_custom_ca(tmp_path):
 def test_validation_inside_micropython(ca_pem):
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _ = vm.run("""
-from services import mqtt_ca
+from services.mqtt import ca_store as mqtt_ca
 pem = %r
 print("@@", mqtt_ca.validate(pem) == pem.strip() + "\\n")
 for bad in ("x", pem + pem, pem.replace("\\nM", "\\n*", 1)):

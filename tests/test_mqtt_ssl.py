@@ -8,7 +8,7 @@ import pytest
 import socketpool
 import wifi
 
-from services import mqtt as m
+from services.mqtt import service as m
 from tests.mqtt_peers import device_ssl, make_ca
 
 

@@ -9,8 +9,8 @@ import pytest
 from core.bus import Bus
 from core.settings import Settings
 from meter.reading import Reading
-from services import ha_discovery as ha
-from services import mqtt as m
+from services.mqtt import ha_discovery as ha
+from services.mqtt import service as m
 
 DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
@@ -460,7 +460,7 @@ import errno
 from core.bus import Bus
 from core.settings import Settings
 from meter.reading import Reading
-from services import mqtt as m
+from services.mqtt import service as m
 
 class S:
     def __init__(self):

@@ -8,7 +8,7 @@ from core.settings import Settings
 from drivers.ir_head import IrHead
 from drivers.status_led import StatusLed
 from meter import sml_encode as enc
-from services.meter_pipeline import MeterPipeline, parse_ct, parse_median
+from services.metering.pipeline import MeterPipeline, parse_ct, parse_median
 from tests.steppedclock import SteppedClock
 
 CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",

@@ -4,7 +4,7 @@ from core.bus import Bus
 from core.module import FAILED, Module
 from core.supervisor import Supervisor
 from drivers.status_led import StatusLed
-from services.status_policy import StatusPolicy
+from services.system.status_policy import StatusPolicy
 from tests.steppedclock import SteppedClock
 
 

@@ -8,7 +8,7 @@ import pytest
 import sunspec2.modbus.client as ss_client
 
 from meter.reading import Reading
-from services.sunspec_map import BASE, POINTS, SF_GROUPS, SunSpecMap, energy_sf
+from services.modbus.sunspec_map import BASE, POINTS, SF_GROUPS, SunSpecMap, energy_sf
 from tools.mpvm import MicroVM
 
 MODELS_DIR = os.path.join(os.path.dirname(ss_client.__file__), "..", "models", "json")
@@ -231,7 +231,7 @@ def test_same_image_inside_micropython():
     values = dict(FULL)
     values["1.8.0"] = (5 * 10 ** 9, 0)
     code = (
-        "from services.sunspec_map import SunSpecMap\n"
+        "from services.modbus.sunspec_map import SunSpecMap\n"
         "from meter.reading import Reading\n"
         "import binascii\n"
         "for model in (203, 213):\n"

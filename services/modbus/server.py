@@ -6,7 +6,7 @@ from adafruit_ticks import ticks_diff
 from micropython import const
 
 from core.module import OK, WARN, Module
-from services.sunspec_map import SunSpecMap, energy_sf
+from services.modbus.sunspec_map import SunSpecMap, energy_sf
 
 _MBAP = const(7)             # transaction id, protocol id, length, unit id
 _FRAME_MAX = const(260)      # MBAP + the largest PDU (253 bytes)

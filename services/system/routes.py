@@ -6,7 +6,7 @@ from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.module import Module
 from core.version import VERSION
-from services.http_server import ApiError, query
+from services.api.server import ApiError, query
 
 _LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wattwaechter's LedMode names
 

@@ -16,7 +16,7 @@ from core.module import OK, WARN, Module
 from core.version import VERSION
 from meter import obis
 from meter.decimal import cmp, parse
-from services import ha_discovery as ha
+from services.mqtt import ha_discovery as ha
 
 # Connection states, as GET /api/v1/mqtt/status reports them.
 OFF = "OFF"
@@ -173,7 +173,7 @@ class _Config:
 
 class MqttService(Module):
     """pool: socketpool.SocketPool; bus: core.bus.Bus; settings: core.settings.Settings; device_id: 12 hex;
-    ssl_context: callable -> a fresh ssl.SSLContext (create_default_context); ca_store: services.mqtt_ca.CaStore;
+    ssl_context: callable -> a fresh ssl.SSLContext (create_default_context); ca_store: services.mqtt.ca_store.CaStore;
     web_url: callable -> the device's web address or None; rand: os.urandom (jitter)."""
 
     name = "mqtt"

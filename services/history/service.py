@@ -6,7 +6,7 @@ from micropython import const
 from core.module import OK, WARN, Module
 from core.tz import civil_from_days, local_day_start_utc
 from meter.decimal import rescale
-from services import history_store as hs
+from services.history import store as hs
 
 _Q = const(900)       # a quarter hour in s; zone offsets are whole quarter hours, so UTC quarters are local ones
 _DAY = const(86400)
@@ -19,7 +19,7 @@ def _dwh(v):
 
 class History(Module):
     """bus: core.bus.Bus ("reading", "settings"); clock: core.clock.Clock (synced, time(), local(), offset_min())
-    or None; settings: has get(); store: services.history_store.HistoryStore; log: core.log.Log or None."""
+    or None; settings: has get(); store: services.history.store.HistoryStore; log: core.log.Log or None."""
 
     name = "history"
     MAX_BATCH = 96            # records in RAM that force an early flush (a day of quarter hours)

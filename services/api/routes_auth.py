@@ -3,12 +3,12 @@
 from adafruit_httpserver import POST, JSONResponse, Route
 from adafruit_ticks import ticks_ms
 
-from services.auth import PENDING_MS, TokenError
-from services.http_server import ApiError, read_json
+from services.api.auth import PENDING_MS, TokenError
+from services.api.server import ApiError, read_json
 
 
 def routes(app, ticks=ticks_ms):
-    """Route list of /api/v1/auth/tokens/*; app.auth is a services.auth.Tokens."""
+    """Route list of /api/v1/auth/tokens/*; app.auth is a services.api.auth.Tokens."""
     tokens = app.auth
 
     def generate(request):

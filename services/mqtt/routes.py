@@ -4,7 +4,7 @@ import json
 
 from adafruit_httpserver import DELETE, GET, POST, JSONResponse, Route
 
-from services.mqtt_ca import MAX_BYTES, CertError, TooLarge
+from services.mqtt.ca_store import MAX_BYTES, CertError, TooLarge
 
 
 def _error(request, code, reason, message):

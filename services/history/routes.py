@@ -80,7 +80,7 @@ def latest_body(reading, clock, lang, now_ms):
 
 
 def routes(app):
-    """The history routes for services/http_api.py; app: core.app.App with bus, clock, settings, history."""
+    """The history routes for services/api/service.py; app: core.app.App with bus, clock, settings, history."""
 
     def latest(request):
         reading = app.bus.latest("reading")

@@ -1,9 +1,8 @@
-"""OTA and cloud routes, answering from the current state in their final format (no OTA or cloud service yet)."""
+"""Cloud pairing routes: the pairing token sent by the app (no cloud connection yet)."""
 
-from adafruit_httpserver import DELETE, GET, POST, JSONResponse, Route
+from adafruit_httpserver import DELETE, POST, JSONResponse, Route
 
-from core.version import VERSION
-from services.http_server import ApiError, read_json
+from services.api.server import ApiError, read_json
 
 
 class CloudState:
@@ -24,25 +23,11 @@ def _valid_pairing_token(token):
 
 
 def routes(app):
-    """Route list of /api/v1/ota/* and /api/v1/cloud/pair."""
-    ota = getattr(app, "ota", None)
+    """Route list of /api/v1/cloud/pair."""
     cloud = getattr(app, "cloud", None)
     if cloud is None:
         cloud = CloudState()
         app.cloud = cloud
-
-    def ota_check(request):
-        if ota is not None:
-            return JSONResponse(request, ota.check_result())
-        return JSONResponse(request, {"ok": True, "data": {
-            "update_available": False, "version": VERSION, "tag": "", "release_date": "",
-            "release_note_de": "", "release_note_en": "", "last_checked": 0, "url": "", "md5": "",
-        }})
-
-    def ota_start(request):
-        if ota is not None:
-            return JSONResponse(request, ota.start())
-        return JSONResponse(request, {"ok": False, "update_available": False, "message": "No update available"})
 
     def pair(request):
         body = read_json(request)
@@ -63,8 +48,6 @@ def routes(app):
         return JSONResponse(request, {"success": True, "paired": False, "message": "Cloud pairing removed"})
 
     return [
-        Route("/api/v1/ota/check", GET, ota_check),
-        Route("/api/v1/ota/start", POST, ota_start),
         Route("/api/v1/cloud/pair", POST, pair),
         Route("/api/v1/cloud/pair", DELETE, unpair),
     ]

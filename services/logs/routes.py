@@ -3,7 +3,7 @@
 from adafruit_httpserver import GET, ChunkedResponse, Response, Route
 from adafruit_ticks import ticks_diff
 
-from services.flash_log import HEADER, csv_field
+from services.logs.flash_log import HEADER, csv_field
 
 
 def routes(app):

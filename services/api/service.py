@@ -5,8 +5,8 @@ import json
 from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.module import Module
-from services.auth import OPEN, READ, WRITE
-from services.http_server import HardenedServer, error_response
+from services.api.auth import OPEN, READ, WRITE
+from services.api.server import HardenedServer, error_response
 
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
 # services (history, mqtt, modbus) are covered here, so their modules register plain Routes and stay auth-free.
