@@ -1,13 +1,13 @@
-"""Decoder cost: MicroPython-VM fuel and heap per telegram over the shared captures; CPython speed vs smllib."""
+"""Decoder cost: MicroPython-VM fuel and heap per telegram over tests/captures; CPython speed vs smllib."""
 
 import binascii
 import os
 import time
 
 from tools.mpvm import MicroVM
+from tests import CAPTURES as _CAPTURES
 
-CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                                         "meter-captures"))
+CAPTURES = _CAPTURES
 DAMAGED = ("dzg-dwsb20-3-corrupt.hex", "itron-openway3hz-1.hex")
 
 

@@ -87,7 +87,7 @@ def test_factory_reset_by_button_hold_restarts_in_process(tmp_path):
         h.stop()
 
 
-CAPTURES = os.path.join(os.path.dirname(ROOT), "shared", "meter-captures")
+from tests import CAPTURES  # noqa: E402
 
 
 def _latest_values(h):

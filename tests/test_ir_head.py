@@ -6,9 +6,9 @@ import os
 from drivers.ir_head import IrHead
 from meter.framer import D0, SML
 from meter.sml import SmlResult, decode_frame
+from tests import CAPTURES as _CAPTURES
 
-CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                                         "meter-captures"))
+CAPTURES = _CAPTURES
 
 
 def cap(name):

@@ -1,4 +1,4 @@
-"""Every shared real-meter capture through our decoder, checked against smllib (run here) and the sources."""
+"""Every real-meter capture in tests/captures through our decoder, checked against smllib (run here) and the sources."""
 
 import binascii
 import csv
@@ -16,7 +16,7 @@ from meter.decimal import sub, to_str
 from meter.framer import D0, SML, Framer
 from meter.sml import E_CRC, SmlResult, decode_frame, decode_messages
 
-CAPTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "meter-captures")
+from tests import CAPTURES  # noqa: E402
 CAPTURES = os.path.normpath(os.environ.get("METER_CAPTURES", CAPTURES))
 
 

@@ -12,9 +12,10 @@ from host.decode import decode_bytes, load_capture
 from host.meter_source import ReplaySource, SimMeter, open_source
 from meter.framer import SML, Framer
 from meter.sml import SmlResult, decode_frame
+from tests import CAPTURES as _CAPTURES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAPTURES = os.path.normpath(os.path.join(ROOT, "..", "shared", "meter-captures"))
+CAPTURES = _CAPTURES
 
 
 def cap(name):

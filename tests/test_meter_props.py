@@ -10,9 +10,9 @@ from meter import sml_encode as enc
 from meter.d0 import decode_d0
 from meter.framer import D0, SML, Framer
 from meter.sml import SmlResult, decode_frame, decode_messages
+from tests import CAPTURES as _CAPTURES
 
-CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                                         "meter-captures"))
+CAPTURES = _CAPTURES
 GOOD = ["holley-dtz541-1.hex", "ebz-dd3-1.hex", "dzg-dvs7420-3.hex", "iskra-mt691-1.hex", "apator-1.hex",
         "emh-1.hex", "dzg-1.hex"]
 

@@ -94,8 +94,9 @@ def test_frame_envelope_is_checked_byte_by_byte():
 
     from meter.sml import E_FRAME, E_SHORT, decode_frame
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "meter-captures",
-                        "iskra-mt691-1.hex")
+    from tests import CAPTURES
+
+    path = os.path.join(CAPTURES, "iskra-mt691-1.hex")
     good = binascii.unhexlify(open(path).read().strip())
     res = SmlResult()
     for pos in list(range(8)) + list(range(len(good) - 8, len(good) - 3)):

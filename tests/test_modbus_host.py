@@ -13,7 +13,7 @@ from aio_wattwaechter import Wattwaechter
 from pymodbus.client import ModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusIOException
 
-from tests.hostproc import ROOT, HostProcess
+from tests.hostproc import HostProcess
 
 pytestmark = pytest.mark.slow
 BASE = 40000
@@ -166,10 +166,11 @@ def test_enable_and_disable_by_settings_post(tmp_path):
         h.stop()
 
 
-APATOR = os.path.join(ROOT, "..", "shared", "meter-captures", "apator-1.hex")
+from tests import CAPTURES  # noqa: E402
+
+APATOR = os.path.join(CAPTURES, "apator-1.hex")
 
 
-@pytest.mark.skipif(not os.path.exists(APATOR), reason="shared meter captures not present")
 def test_real_three_phase_capture_every_point_equals_history_latest(tmp_path):
     """A replayed Apator telegram (13 values): every served point equals /history/latest, the rest is unimplemented."""
     h = HostProcess(tmp_path / "drive", args=["--meter", APATOR], settings={"modbus": {"enable": True}}).start()

@@ -10,9 +10,9 @@ from drivers.status_led import StatusLed
 from meter import sml_encode as enc
 from services.metering.pipeline import MeterPipeline, parse_ct, parse_median
 from tests.steppedclock import SteppedClock
+from tests import CAPTURES as _CAPTURES
 
-CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                                         "meter-captures"))
+CAPTURES = _CAPTURES
 
 
 def cap(name):
