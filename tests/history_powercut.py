@@ -11,12 +11,10 @@ import random
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 from host.ntp_server import scaled_clock, start_ntp_server
 from services.history import store as hs
-from tests.hostproc import HostProcess
+from tests.hostproc import HostProcess, http_request
 
 EPOCH0 = 1_782_000_000          # 2026-06-21 (UTC), a simulated week from here
 FLUSH_MIN = 60                  # the default batch interval
@@ -42,11 +40,8 @@ def read_file(state):
 
 
 def _get(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, None
+    status, body, _ = http_request(url, timeout=timeout)
+    return status, (json.loads(body or b"null") if status == 200 else None)
 
 
 def served_quarters(host, sim_now):

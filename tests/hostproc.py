@@ -13,6 +13,42 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+RETRY_429_FOR_S = 60.0   # how long a test client keeps honouring 429 before it reports the 429
+
+
+def retry_after_s(headers, default=1.0):
+    """Seconds a 429/503 asks the client to wait (Retry-After in delta-seconds; the firmware sends no dates)."""
+    value = (headers.get("Retry-After") or "").strip() if headers is not None else ""
+    return float(value) if value.isdigit() else default
+
+
+def http_request(url, data=None, method=None, timeout=5, headers=None, retry_429_for=RETRY_429_FOR_S):
+    """(status, body bytes, headers); a 429 is honoured as the spec asks clients: wait Retry-After, ask again.
+
+    The device-wide budget (25 requests / 10 s) is shared by everything a test does, so how fast a machine sends
+    them must never decide a test: only retry_429_for=0 lets a test see the 429 itself."""
+    deadline = time.monotonic() + retry_429_for
+    while True:
+        req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                body, status, hdrs = r.read(), r.status, r.headers
+        except urllib.error.HTTPError as e:
+            body, status, hdrs = e.read(), e.code, e.headers
+        wait = retry_after_s(hdrs)
+        if status != 429 or time.monotonic() + wait > deadline:
+            return status, body, hdrs
+        time.sleep(wait)
+
+
+def parse_body(body):
+    """JSON when it parses, else the raw bytes (None for an empty body)."""
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return body
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -22,7 +58,7 @@ def free_port():
 class HostProcess:
     """A running firmware on the host runtime: .url, .get(path), .stop(); the drive is .state."""
 
-    def __init__(self, state, args=(), settings=None, http_port=None, modbus_port=None):
+    def __init__(self, state, args=(), settings=None, http_port=None, modbus_port=None, rate_limit=None):
         self.state = str(state)
         self.port = http_port or free_port()
         self.modbus_port = modbus_port or free_port()
@@ -31,6 +67,8 @@ class HostProcess:
         if settings is not None:
             with open(os.path.join(self.state, "settings.json"), "w") as f:
                 json.dump(settings, f)
+        if rate_limit is not None:
+            write_settings_toml(self.state, "METERPLUS_API_RATE_LIMIT = %d\n" % rate_limit)
         self.args = ["--state", self.state, "--http-port", str(self.port), "--modbus-port", str(self.modbus_port)]
         self.args += list(args)
         self.log_path = os.path.join(self.state, "host.log")
@@ -48,27 +86,27 @@ class HostProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("host exited with %s:\n%s" % (self.proc.returncode, self.log()))
-            try:
-                if self.get("/api/v1/system/alive", timeout=1)[0] == 200:
+            try:  # a 429 is an answer too: the firmware is up (the test's own requests honour it)
+                if self.get("/api/v1/system/alive", timeout=1, retry_429_for=0)[0] in (200, 429):
                     return
             except OSError:
                 pass
             time.sleep(0.1)
         raise RuntimeError("host did not answer within %s s:\n%s" % (timeout, self.log()))
 
-    def get(self, path, timeout=5, headers=None):
-        """(status, parsed JSON or raw bytes, headers)."""
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                body, status, hdrs = r.read(), r.status, r.headers
-        except urllib.error.HTTPError as e:
-            body, status, hdrs = e.read(), e.code, e.headers
-        try:
-            data = json.loads(body) if body else None
-        except ValueError:
-            data = body
-        return status, data, hdrs
+    def get(self, path, timeout=5, headers=None, retry_429_for=RETRY_429_FOR_S):
+        """(status, parsed JSON or raw bytes, headers); a 429 is waited out (see http_request)."""
+        status, body, hdrs = http_request(self.url + path, timeout=timeout, headers=headers,
+                                          retry_429_for=retry_429_for)
+        return status, parse_body(body), hdrs
+
+    def post(self, path, doc, timeout=5, headers=None, retry_429_for=RETRY_429_FOR_S):
+        """POST doc as JSON: (status, parsed JSON or raw bytes, headers); a 429 is waited out."""
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        status, body, answer_headers = http_request(self.url + path, data=json.dumps(doc).encode(), method="POST",
+                                                    timeout=timeout, headers=hdrs, retry_429_for=retry_429_for)
+        return status, parse_body(body), answer_headers
 
     def wait_for(self, predicate, timeout=30, interval=0.2):
         """Poll predicate() until it returns something truthy; return it."""
@@ -119,3 +157,14 @@ class HostProcess:
         else:
             with open(p, "w") as f:
                 f.write(str(value))
+
+
+def write_settings_toml(state, extra):
+    """The drive's settings.toml: the repo's, with the keys in extra replaced (TOML forbids a key twice)."""
+    with open(os.path.join(ROOT, "settings.toml")) as f:
+        toml = f.read()
+    for line in extra.splitlines():
+        key = line.split("=")[0].strip()
+        toml = "\n".join(ln for ln in toml.splitlines() if ln.split("=")[0].strip() != key)
+    with open(os.path.join(str(state), "settings.toml"), "w") as f:
+        f.write(toml + "\n" + extra)

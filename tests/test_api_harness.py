@@ -1,22 +1,15 @@
 """Shared helpers of the API tests (no tests here): a host runtime with a tunable rate limit, raw socket clients."""
 
-import os
 import socket
 import time
 
-from tests.hostproc import ROOT, HostProcess
+from tests.hostproc import HostProcess, write_settings_toml
 
 
 def start_host(tmp_path_factory, name, rate_limit=100000, settings=None, args=(), toml_extra=""):
     """A running `python -m host` on a fresh drive; settings.toml raises the rate limit unless told otherwise."""
     state = tmp_path_factory.mktemp(name)
-    with open(os.path.join(ROOT, "settings.toml")) as f:
-        toml = f.read()
-    for line in toml_extra.splitlines():  # TOML forbids a key twice: drop the repo's line of an overridden key
-        key = line.split("=")[0].strip()
-        toml = "\n".join(ln for ln in toml.splitlines() if ln.split("=")[0].strip() != key)
-    with open(os.path.join(str(state), "settings.toml"), "w") as f:
-        f.write(toml + "\nMETERPLUS_API_RATE_LIMIT = %d\n" % rate_limit + toml_extra)
+    write_settings_toml(state, "METERPLUS_API_RATE_LIMIT = %d\n" % rate_limit + toml_extra)
     return HostProcess(state, args=args, settings=settings).start()
 
 

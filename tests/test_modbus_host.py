@@ -1,11 +1,9 @@
 """The Modbus server in the whole firmware on the host runtime, driven by pysunspec2, pymodbus and aio-wattwaechter."""
 
 import asyncio
-import json
 import os
 import socket
 import struct
-import urllib.request
 
 import pytest
 import sunspec2.modbus.client as ss_client
@@ -138,10 +136,9 @@ def test_enable_and_disable_by_settings_post(tmp_path):
     h = HostProcess(tmp_path / "drive").start()
 
     def post(doc):
-        req = urllib.request.Request(h.url + "/api/v1/settings", data=json.dumps(doc).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return json.loads(r.read())
+        status, body, _ = h.post("/api/v1/settings", doc)
+        assert status == 200, body
+        return body
 
     def refused():
         try:
