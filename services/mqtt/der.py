@@ -136,7 +136,7 @@ def check_certificate(der):
     if tag != _SEQUENCE:
         raise DerError("not a DER SEQUENCE")
     if stop != end:
-        raise DerError("%d bytes of trailing data after the certificate" % (end - stop))
+        raise DerError("trailing data after the certificate (%d bytes)" % (end - stop))
     if start == stop:
         raise DerError("empty SEQUENCE")
     _walk(der, start, stop, 1)
