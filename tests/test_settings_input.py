@@ -273,3 +273,19 @@ def test_the_rules_inside_micropython():
         "bad mqtt.host",
         "bad wifi.secondary.ssid",
     ]
+
+
+def test_file_written_by_an_older_micropython_firmware_loads_repaired(tmp_path):
+    # MicroPython's json.dumps writes each surrogate half as 3 raw bytes (CESU-8): what an older firmware stored
+    # after a "\ud83d\ude00" or a lone "\ud800" arrived over the API. CPython cannot even decode that file.
+    path = tmp_path / "settings.json"
+    path.write_bytes(b'{"device_name": "Z\xed\xa0\xbd\xed\xb8\x80", "mqtt": {"user": "\xed\xa0\x80", '
+                     b'"host": "broker"}, "wifi": {"primary": {"ssid": "Home"}}}')
+    with MicroVM(packages=("core",), extra_files=((str(path), "settings.json"),)) as vm:
+        out, _fuel = vm.run("""
+from core.settings import Settings
+s = Settings("/input/settings.json", zone_ok=lambda z: True)
+print(s.get("device_name").encode() == b"Z\\xf0\\x9f\\x98\\x80", repr(s.get("mqtt.user")), s.get("mqtt.host"),
+      s.get("wifi.primary.ssid"), s.load_errors)
+""")
+    assert out.strip() == "True '' broker Home 1"
