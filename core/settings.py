@@ -259,6 +259,15 @@ def _unicode(text):
     return "".join(out), None
 
 
+def _escaped(text):
+    """text with each UTF-16 surrogate written out as the six characters \\udxxx."""
+    out = []
+    for ch in text:
+        c = ord(ch)
+        out.append("\\u%04x" % c if 0xD800 <= c <= 0xDFFF else ch)
+    return "".join(out)
+
+
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -525,6 +534,9 @@ class Settings:
     def _flatten(self, tree, prefix, flat, errors):
         for key, value in tree.items():
             path = prefix + key
+            if _unicode(key)[1] is not None:  # named in fields as text: a surrogate would make the answer bad UTF-8
+                errors[_escaped(path)] = "unknown key (not valid Unicode)"
+                continue
             if not key or path in flat:
                 errors[path or "(empty)"] = "unknown key" if not key else "given twice"
                 continue

@@ -253,6 +253,7 @@ except SettingsError as e:
     print("merged", e.fields["wifi.primary.gateway"])
 print(post(b'{"mqtt": {"host": "999.1.1.1"}}'))
 print(post(b'{"wifi": {"secondary": {"ssid": "\\u0000"}}}'))
+print(post(b'{"a\\ud800": 1}'))
 """
 
 
@@ -272,6 +273,7 @@ def test_the_rules_inside_micropython():
         "merged gateway 192.168.1.1 is outside the subnet 192.168.1.8/30",
         "bad mqtt.host",
         "bad wifi.secondary.ssid",
+        "bad a\\ud800",  # the key named as text, not as the invalid UTF-8 MicroPython's json.dumps would write
     ]
 
 
@@ -289,3 +291,11 @@ print(s.get("device_name").encode() == b"Z\\xf0\\x9f\\x98\\x80", repr(s.get("mqt
       s.get("wifi.primary.ssid"), s.load_errors)
 """)
     assert out.strip() == "True '' broker Home 1"
+
+
+def test_key_name_with_a_surrogate_is_named_as_text():
+    # The key comes back in fields; MicroPython's json.dumps would write the surrogate as invalid UTF-8.
+    fields = fields_of(make(), {"mqtt": {"us\ud800er": "x"}, "x\udc00": 1})
+    assert fields == {"mqtt.us\\ud800er": "unknown key (not valid Unicode)",
+                      "x\\udc00": "unknown key (not valid Unicode)"}
+    json.dumps(fields).encode("utf-8")
