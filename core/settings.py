@@ -35,9 +35,11 @@ SECRETS = ("wifi.primary.password", "wifi.secondary.password", "accessPoint.pass
 # Keys that take effect only at the next restart (the radio is configured at boot); everything else applies at once.
 RESTART_PREFIXES = ("wifi.", "accessPoint.")
 
-# dotted key -> (kind, a, b). Kinds: bool; text (max a characters); ssid (max 32 bytes); wpa (secret 8..63 bytes);
-# secret (max a bytes); ipv4/mask (empty allowed); host (hostname or IPv4, empty allowed if a); zone; lang;
-# int (a..b); choice (a = allowed values); ratio (1..10000 in steps of 0.1); topic (max a characters, no + or #).
+# dotted key -> (kind, a, b). Every string must be valid Unicode (no lone UTF-16 surrogate). Kinds: bool;
+# text (max a characters, no control characters); ssid (max 32 bytes, no NUL); wpa (secret 8..63 bytes, no control
+# characters); secret (max a bytes, anything else: an MQTT password is binary data); ipv4/mask (empty allowed);
+# host (hostname or IPv4, empty allowed if a); zone; lang; int (a..b); choice (a = allowed values);
+# ratio (1..10000 in steps of 0.1); topic (max a characters, no + or #).
 _IP = (("static_ip", ("bool", 0, 0)), ("ip", ("ipv4", 0, 0)), ("subnet", ("mask", 0, 0)),
        ("gateway", ("ipv4", 0, 0)), ("dns", ("ipv4", 0, 0)))
 SCHEMA = {
@@ -144,25 +146,55 @@ def read_json_file(path):
 # --- validation ---
 
 def _parse_ipv4(text):
-    """Tuple of four ints, or None when text is not a dotted-quad IPv4 address."""
+    """The address as a 32-bit int, or None when text is not a dotted quad of ASCII decimal octets."""
     parts = text.split(".")
     if len(parts) != 4:
         return None
-    out = []
+    n = 0
     for p in parts:
-        if not p or len(p) > 3 or not p.isdigit() or (len(p) > 1 and p[0] == "0"):
+        if not p or len(p) > 3 or (len(p) > 1 and p[0] == "0"):
             return None
-        v = int(p)
+        v = 0
+        for ch in p:  # not str.isdigit()/int(): both take Arabic-Indic and other Unicode digits
+            if not "0" <= ch <= "9":
+                return None
+            v = v * 10 + ord(ch) - 48
         if v > 255:
             return None
-        out.append(v)
-    return out
+        n = (n << 8) | v
+    return n
 
 
-def _is_mask(octets):
-    n = (octets[0] << 24) | (octets[1] << 16) | (octets[2] << 8) | octets[3]
-    inv = (~n) & 0xFFFFFFFF
-    return n != 0 and (inv & (inv + 1)) == 0  # ones then zeros
+def _dotted(n):
+    return "%d.%d.%d.%d" % ((n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255)
+
+
+def _prefix_len(mask):
+    """Number of leading one bits of a netmask, or -1 when the ones are not contiguous."""
+    inv = (~mask) & 0xFFFFFFFF
+    if inv & (inv + 1):
+        return -1
+    bits = 0
+    while mask & 0x80000000:
+        bits += 1
+        mask = (mask << 1) & 0xFFFFFFFF
+    return bits
+
+
+def _host_reason(n):
+    """Why n cannot be the address of a host on a LAN (device, gateway, DNS server), or None."""
+    first = n >> 24
+    if first == 0:
+        return "is in 0.0.0.0/8 (\"this network\"), not a host address"
+    if first == 127:
+        return "is a loopback address"
+    if 224 <= first <= 239:
+        return "is a multicast address"
+    if n == 0xFFFFFFFF:
+        return "is the broadcast address"
+    if first >= 240:
+        return "is in the reserved range 240.0.0.0/4"
+    return None
 
 
 def _is_hostname(text):
@@ -178,10 +210,62 @@ def _is_hostname(text):
 
 
 def _printable(text):
+    """False when text holds a C0 or C1 control character or DEL (no place in a name or an MQTT string)."""
     for ch in text:
-        if ord(ch) < 32 or ord(ch) == 127:
+        c = ord(ch)
+        if c < 32 or 127 <= c < 160:
             return False
     return True
+
+
+def _ascii_printable(text):
+    for ch in text:
+        c = ord(ch)
+        if c < 32 or c > 126:
+            return False
+    return True
+
+
+def _unicode(text):
+    """(text with UTF-16 surrogate pairs joined, None), or (None, reason) when a lone surrogate is in it.
+
+    A JSON string may carry any code point as a "\\ud83d\\ude00" escape pair. CPython's json joins the pair and
+    keeps a lone "\\ud800" as a surrogate that no UTF-8 encoder accepts; MicroPython's json joins nothing and
+    stores each half as 3 bytes (CESU-8). Either way the text cannot go to the radio, the broker or the flash
+    as UTF-8: join the pairs, refuse the rest.
+    """
+    for ch in text:
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            break
+    else:
+        return text, None  # the usual case: nothing allocated
+    out = []
+    high = 0
+    for ch in text:
+        c = ord(ch)
+        if high:
+            if not 0xDC00 <= c <= 0xDFFF:
+                return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % high
+            out.append(chr(0x10000 + ((high - 0xD800) << 10) + (c - 0xDC00)))
+            high = 0
+        elif 0xD800 <= c <= 0xDBFF:
+            high = c
+        elif 0xDC00 <= c <= 0xDFFF:
+            return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % c
+        else:
+            out.append(ch)
+    if high:
+        return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % high
+    return "".join(out), None
+
+
+def _escaped(text):
+    """text with each UTF-16 surrogate written out as the six characters \\udxxx."""
+    out = []
+    for ch in text:
+        c = ord(ch)
+        out.append("\\u%04x" % c if 0xD800 <= c <= 0xDFFF else ch)
+    return "".join(out)
 
 
 def _is_int(v):
@@ -215,6 +299,9 @@ def check(key, value, zone_ok):
         if value is None and kind in ("wpa", "secret"):
             return None, None  # null clears a secret
         return None, "must be a string"
+    value, err = _unicode(value)
+    if err is not None:
+        return None, err
     if kind == "text" or kind == "topic":
         if len(value) > a:
             return None, "at most %d characters" % a
@@ -226,11 +313,15 @@ def check(key, value, zone_ok):
     if kind == "ssid":
         if len(value.encode()) > 32:
             return None, "at most 32 bytes"
-        return value, None
+        if "\x00" in value:
+            return None, "must not contain NUL (the WiFi driver ends the name there)"
+        return value, None  # any other byte is a legal SSID octet
     if kind == "wpa":
         n = len(value.encode())
         if n and not 8 <= n <= 63:
             return None, "must be 8 to 63 bytes (WPA2); empty keeps the stored one, null clears it"
+        if not _printable(value):
+            return None, "control characters are not allowed in a WPA2 passphrase"
         return value, None
     if kind == "secret":
         if len(value.encode()) > a:
@@ -239,20 +330,39 @@ def check(key, value, zone_ok):
     if kind in ("ipv4", "mask"):
         if value == "":
             return value, None
-        octets = _parse_ipv4(value)
-        if octets is None:
-            return None, "must be an IPv4 address like 192.168.1.10"
-        if kind == "mask" and not _is_mask(octets):
-            return None, "must be a netmask like 255.255.255.0"
+        n = _parse_ipv4(value)
+        if n is None:
+            return None, "must be an IPv4 address like 192.168.1.10 (ASCII digits)"
+        if kind == "mask":
+            bits = _prefix_len(n)
+            if bits < 1:
+                return None, "must be a netmask of contiguous ones like 255.255.255.0"
+            if bits > 30:
+                return None, "/%d leaves no room for a host and a gateway: at most 255.255.255.252 (/30)" % bits
+            return value, None
+        reason = _host_reason(n)
+        if reason is not None:
+            return None, "%s %s" % (value, reason)
         return value, None
     if kind == "host":
         if value == "":
             return (value, None) if a else (None, "must not be empty")
         if not _is_hostname(value):
             return None, "must be a host name or IPv4 address"
+        numeric = True  # a top-level domain is never all digits: this is meant as an IPv4 address
+        for ch in value[value.rfind(".") + 1:]:
+            if not "0" <= ch <= "9":
+                numeric = False
+        if numeric:
+            n = _parse_ipv4(value)
+            if n is None:
+                return None, "must be a host name or IPv4 address"
+            first = n >> 24
+            if first == 0 or first >= 224:  # loopback stays: a broker on the same host (host runtime)
+                return None, "%s %s" % (value, _host_reason(n))
         return value, None
     if kind == "zone":
-        if not value or len(value) > 64 or not zone_ok(value):
+        if not value or len(value) > 64 or not _ascii_printable(value) or not zone_ok(value):
             return None, "unknown time zone (see /api/v1/system/timezones)"
         return value, None
     if kind == "lang":
@@ -294,6 +404,46 @@ def _set(tree, dotted, value):
             node[part] = nxt
         node = nxt
     node[parts[-1]] = value
+
+
+def _address_errors(doc, base, errors):
+    """Add to errors what makes the static addressing of one WiFi profile (base "wifi.primary.") unusable.
+
+    Runs only when static_ip is true in doc, and compares only keys that are valid on their own (not in errors).
+    """
+    if not _get(doc, base + "static_ip"):
+        return
+    vals = {}
+    for leaf in ("ip", "subnet", "gateway", "dns"):
+        key = base + leaf
+        if key in errors:
+            continue
+        text = _get(doc, key) or ""
+        if text:
+            vals[leaf] = _parse_ipv4(text)
+        elif leaf != "dns":  # an empty dns means: the gateway answers DNS
+            errors[key] = "required when static_ip is true"
+    ip = vals.get("ip")
+    mask = vals.get("subnet")
+    if ip is None or mask is None:
+        return
+    net = ip & mask
+    last = net | ((~mask) & 0xFFFFFFFF)
+    subnet = "%s/%d" % (_dotted(net), _prefix_len(mask))
+    for leaf in ("ip", "gateway", "dns"):
+        n = vals.get(leaf)
+        if n is None:
+            continue
+        what = "%s %s" % (leaf, _dotted(n))
+        if leaf != "ip" and n == ip:
+            errors[base + leaf] = "%s is the device's own address (ip)" % what
+        elif n & mask != net:
+            if leaf == "gateway":
+                errors[base + leaf] = "%s is outside the subnet %s" % (what, subnet)
+        elif n == net:
+            errors[base + leaf] = "%s is the network address of the subnet %s" % (what, subnet)
+        elif n == last:
+            errors[base + leaf] = "%s is the broadcast address of the subnet %s" % (what, subnet)
 
 
 class SettingsError(Exception):
@@ -341,7 +491,12 @@ class Settings:
     _found = False
 
     def load(self):
-        """Defaults overlaid with the stored document; invalid or unknown stored keys are skipped and counted."""
+        """Defaults overlaid with the stored document; invalid stored keys keep their default and are counted.
+
+        The stored file passes the same checks as an update (a value written by an older firmware, such as a lone
+        surrogate, must not reach a service that would then fail at every restart); a static addressing that does
+        not hold together falls back to DHCP (static_ip false).
+        """
         self.doc = _copy(DEFAULTS)
         data = read_json_file(self.path) if self.path else None
         self._found = data is not None
@@ -358,6 +513,12 @@ class Settings:
                 _set(self.doc, key, norm)
             else:
                 self.load_errors += 1
+        for p in ("primary", "secondary"):
+            errors = {}
+            _address_errors(self.doc, "wifi.%s." % p, errors)
+            if errors:  # stored by an older firmware: DHCP keeps the device reachable, unusable addresses do not
+                _set(self.doc, "wifi.%s.static_ip" % p, False)
+                self.load_errors += 1
 
     def public(self):
         """The GET document: secrets replaced by a password_set flag, installed languages listed."""
@@ -373,6 +534,9 @@ class Settings:
     def _flatten(self, tree, prefix, flat, errors):
         for key, value in tree.items():
             path = prefix + key
+            if _unicode(key)[1] is not None:  # named in fields as text: a surrogate would make the answer bad UTF-8
+                errors[_escaped(path)] = "unknown key (not valid Unicode)"
+                continue
             if not key or path in flat:
                 errors[path or "(empty)"] = "unknown key" if not key else "given twice"
                 continue
@@ -427,14 +591,10 @@ class Settings:
         """Rules between keys, checked on the resulting document for the groups the request touched."""
         for p in ("primary", "secondary"):
             base = "wifi.%s." % p
-            touched = False
             for key in flat:
                 if key.startswith(base):
-                    touched = True
-            if touched and _get(doc, base + "static_ip"):
-                for leaf in ("ip", "subnet", "gateway"):
-                    if not _get(doc, base + leaf) and base + leaf not in errors:
-                        errors[base + leaf] = "required when static_ip is true"
+                    _address_errors(doc, base, errors)
+                    break
         if ("mqtt.enable" in flat or "mqtt.host" in flat) and _get(doc, "mqtt.enable") and not _get(doc, "mqtt.host"):
             if "mqtt.host" not in errors:
                 errors["mqtt.host"] = "required when mqtt.enable is true"

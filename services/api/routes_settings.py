@@ -2,18 +2,27 @@
 
 from adafruit_httpserver import GET, POST, JSONResponse, Route
 
-from core.settings import SECRETS, restart_needed
+from core.settings import SCHEMA, SECRETS, restart_needed
 from services.api.server import ApiError, read_json
 
 
-def _echo(patch, prefix=""):
-    """The request as the answer's "applied" echo, without secret values."""
+def _echo(patch, doc, prefix=""):
+    """The request as the answer's "applied" echo, without secret values; settings keys show the stored form
+    (a UTF-16 surrogate pair joined, as the MicroPython json module does not)."""
     out = {}
     for key, value in patch.items():
         path = prefix + str(key)
         if path in SECRETS:
             continue
-        out[key] = _echo(value, path + ".") if isinstance(value, dict) else value
+        if isinstance(value, dict):
+            out[key] = _echo(value, doc, path + ".")
+        elif path in SCHEMA:
+            node = doc
+            for part in path.split("."):
+                node = node[part]
+            out[key] = node
+        else:
+            out[key] = value
     return out
 
 
@@ -45,7 +54,7 @@ def routes(app):
         now = [k for k in changed if not restart_needed(k)]
         return JSONResponse(request, {
             "success": True,
-            "applied": _echo(patch),
+            "applied": _echo(patch, doc),
             "changed": changed,
             "applied_now": now,
             "after_restart": later,

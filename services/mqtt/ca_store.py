@@ -5,6 +5,7 @@ import os
 
 from micropython import const
 from core.files import exists as _exists, remove_quiet as _remove
+from services.mqtt.der import DerError, PrivateKeyError, check_certificate
 
 PATH = "mqtt_ca.pem"
 MAX_BYTES = const(4096)   # documented upload limit; a CA certificate is 1-2.5 KB of PEM
@@ -16,24 +17,12 @@ class CertError(ValueError):
     """Not exactly one PEM certificate (the API answers 400)."""
 
 
+PRIVATE_KEY = ("a private key was sent; it was not stored. Upload only the CA certificate "
+               "(-----BEGIN CERTIFICATE-----), never a key")
+
+
 class TooLarge(ValueError):
     """Over MAX_BYTES (the API answers 413)."""
-
-
-def _der_length(der):
-    # Total length of the outer DER SEQUENCE (tag, length octets, content), or -1 when malformed.
-    if len(der) < 2 or der[0] != 0x30:
-        return -1
-    n = der[1]
-    if n < 0x80:
-        return 2 + n
-    k = n & 0x7F
-    if k == 0 or k > 4 or len(der) < 2 + k:
-        return -1
-    size = 0
-    for i in range(k):
-        size = (size << 8) | der[2 + i]
-    return 2 + k + size
 
 
 def validate(text):
@@ -50,6 +39,8 @@ def validate(text):
     if len(text) > MAX_BYTES:
         raise TooLarge("certificate larger than %d bytes" % MAX_BYTES)
     s = text.strip()
+    if "PRIVATE KEY-----" in s:  # PKCS#8, PKCS#1 (RSA), SEC1 (EC), DSA, OpenSSH, encrypted: alone or in a bundle
+        raise CertError(PRIVATE_KEY)
     if not s.startswith(_BEGIN) or not s.endswith(_END):
         raise CertError("not a PEM certificate (BEGIN/END CERTIFICATE lines missing)")
     if s.count(_BEGIN) != 1 or s.count(_END) != 1:
@@ -65,8 +56,12 @@ def validate(text):
         der = binascii.a2b_base64(b64)
     except ValueError:  # binascii.Error on CPython is a ValueError; MicroPython raises ValueError
         raise CertError("certificate body is not base64")
-    if _der_length(der) != len(der):
-        raise CertError("certificate body is not a DER certificate")
+    try:
+        check_certificate(der)
+    except PrivateKeyError:
+        raise CertError(PRIVATE_KEY)
+    except DerError as exc:
+        raise CertError("certificate body is not a DER X.509 certificate: %s" % exc)
     # Re-wrap at 64 columns: the form mbedTLS and OpenSSL both parse, whatever the upload's line breaks.
     lines = [_BEGIN]
     for i in range(0, len(b64), 64):
