@@ -4,8 +4,7 @@ import binascii
 import hashlib
 import os
 
-from adafruit_ticks import ticks_diff
-
+from core.elapsed import fresh
 from core.settings import read_json_file, write_atomic
 
 OPEN = 0
@@ -112,8 +111,7 @@ class Tokens:
 
     def _fresh(self, now_ms):
         """True while the pending pair is younger than PENDING_MS; a stamp that looks like the future is stale."""
-        age = ticks_diff(now_ms, self._pending[2])
-        return 0 <= age < PENDING_MS
+        return fresh(self._pending[2], now_ms, PENDING_MS)
 
     def poll(self, now_ms):
         """Drop a pending pair once it expired, so the tick wrap (2**29 ms) can never make it valid again."""

@@ -3,8 +3,9 @@
 import json
 
 from adafruit_httpserver import JSONResponse
-from adafruit_ticks import ticks_diff, ticks_ms
+from adafruit_ticks import ticks_ms
 
+from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
@@ -52,8 +53,7 @@ class RateLimiter:
     def prune(self, now):
         """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
         while self._count:
-            age = ticks_diff(now, self._times[self._head])
-            if 0 <= age < self.window_ms:
+            if fresh(self._times[self._head], now, self.window_ms):
                 return
             self._head = (self._head + 1) % self.limit
             self._count -= 1
