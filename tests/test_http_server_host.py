@@ -183,7 +183,8 @@ def test_body_at_limit_is_read(host):
 
 
 def test_header_over_limit_is_431(host):
-    answer = raw(host.port, b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 3000 + b"\r\n\r\n")
+    answer = raw(host.port,
+                 b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 3000 + b"\r\n\r\n")
     assert status_of(answer) == 431
     assert "error" in json.loads(body_of(answer))
 
