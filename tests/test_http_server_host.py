@@ -211,8 +211,8 @@ def test_chunked_request_body_is_411(host):
 def test_expect_100_continue(host):
     s = socket.create_connection(("127.0.0.1", host.port), timeout=5)
     body = b'{"device_name": "Continued"}'
-    s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body))
+    s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
     first = s.recv(100)
     assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
     s.sendall(body)
