@@ -41,6 +41,29 @@ def test_flush_after_flush_ms_even_when_small(drive):
     assert os.path.exists("log.csv")
 
 
+def test_a_line_after_days_of_quiet_is_written_within_flush_ms(drive):
+    """The hour counts from the first waiting line: a stamp from a flush days ago must not look like the future."""
+    from tests.steppedclock import SteppedClock
+
+    clock = SteppedClock()
+    flog = FlashLog()
+    entries(flog, 1)
+    flog.flush()
+    flog.poll(clock())
+    for _ in range(260):  # ~3.1 days without a log line, polled (coarsely) as the supervisor does
+        clock.advance(1 << 20)
+        flog.poll(clock())
+    os.remove("log.csv")
+    flog.sink((clock(), "warning", "after the quiet"))
+    flog.poll(clock())
+    clock.advance(flog.flush_ms - 1)
+    flog.poll(clock())
+    assert not os.path.exists("log.csv")
+    clock.advance(1)
+    flog.poll(clock())
+    assert "after the quiet" in open("log.csv").read()
+
+
 def test_bounded_and_rotated(drive):
     flog = FlashLog()
     flog.max_bytes = 500

@@ -4,6 +4,7 @@ import os
 
 from adafruit_ticks import ticks_diff
 
+from core.elapsed import fresh
 from core.module import Module
 
 HEADER = "time,uptime_s,level,message\n"
@@ -47,7 +48,7 @@ class FlashLog(Module):
         self._wall = wall_time
         self._lines = []
         self._buffered = 0
-        self._last_flush = None
+        self._waiting_since = None   # ticks of the poll that first saw unwritten lines
 
     def sink(self, entry):
         """Take one log entry (ticks_ms, level, text) into the batch."""
@@ -71,12 +72,14 @@ class FlashLog(Module):
             self.count("dropped")
 
     def poll(self, now_ms):
-        if self._last_flush is None:
-            self._last_flush = now_ms
-        due = self._lines and ticks_diff(now_ms, self._last_flush) >= self.flush_ms
+        if not self._lines or self._waiting_since is None:
+            # The hour counts from the first waiting line, restamped every poll while none waits: a stamp from the
+            # last flush could be days old, and the tick wrap would then hold new lines in RAM for up to ~3 days.
+            self._waiting_since = now_ms
+        due = self._lines and not fresh(self._waiting_since, now_ms, self.flush_ms)
         if self._buffered >= self.batch_bytes or due:
             self.flush()
-            self._last_flush = now_ms
+            self._waiting_since = now_ms
 
     def flush(self):
         """Append the batch in one write; rotate first when the file would pass max_bytes."""
