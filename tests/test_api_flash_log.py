@@ -19,7 +19,7 @@ def entries(flog, n, text="message", level="info", t0=1000):
 
 
 def test_batched_not_written_per_line(drive):
-    flog = FlashLog(boot_ticks=0)
+    flog = FlashLog()
     flog.batch_bytes = 200
     entries(flog, 3)
     flog.poll(0)
@@ -92,7 +92,7 @@ def test_ram_buffer_bounded(drive):
 
 
 def test_levels_and_time_columns(drive):
-    flog = FlashLog(boot_ticks=500, wall_time=lambda: 1767225600)  # 2026-01-01T00:00:00Z
+    flog = FlashLog(wall_time=lambda: 1767225600)  # 2026-01-01T00:00:00Z
     flog.min_level = "warning"
     flog.sink((2500, "info", "skipped"))
     flog.sink((2500, "warning", 'comma, and "quote"'))
