@@ -286,3 +286,40 @@ def test_device_names_and_host_rule():
     assert host_allowed(" 10.0.0.1 ", names)
     assert not host_allowed("10.0.0.1:123456", names)
     assert not host_allowed("[::1]x", names)
+
+
+VM_CODE = r"""
+from services.api.origin import cross_site, device_names, host_allowed
+
+
+class H:
+    def __init__(self, d):
+        self.d = d
+
+    def get_list(self, name):
+        return self.d.get(name, [])
+
+
+names = device_names("024D50000001")
+for h in ("192.168.1.5:80", "[fe80::1]:8080", "MeterPlus-024d50000001.local", "localhost", "evil.example",
+          "127.0.0.1:abc", "[evil]"):
+    print("host", h, host_allowed(h, names))
+print("csrf", cross_site("POST", H({"Host": ["10.0.0.2"], "Origin": ["http://evil.example"]})) is not None)
+print("same", cross_site("POST", H({"Host": ["10.0.0.2"], "Origin": ["http://10.0.0.2:80"],
+                                    "Sec-Fetch-Site": ["same-origin"]})))
+print("site", cross_site("DELETE", H({"Sec-Fetch-Site": ["same-site"]})))
+print("get", cross_site("GET", H({"Origin": ["http://evil.example"]})))
+from core.elapsed import fresh
+print("fresh", fresh(0, 999, 1000), fresh(0, 1000, 1000), fresh(5, (1 << 28) + 10, 1 << 29), fresh(10, 5, 1000))
+"""
+
+
+def test_guards_in_micropython_vm():
+    from tools.mpvm import MicroVM
+
+    with MicroVM(packages=("core", "services")) as vm:
+        out, _fuel = vm.run(VM_CODE)
+    assert out.strip().splitlines() == [
+        "host 192.168.1.5:80 True", "host [fe80::1]:8080 True", "host MeterPlus-024d50000001.local True",
+        "host localhost True", "host evil.example False", "host 127.0.0.1:abc False", "host [evil] False",
+        "csrf True", "same None", "site Sec-Fetch-Site: same-site", "get None", "fresh True False False False"], out
