@@ -141,7 +141,8 @@ def build():
         app.heap_largest = espidf.heap_caps_get_largest_free_block
     except ImportError:
         app.heap_largest = None
-    flash_log = sup.add(FlashLog(app.boot_ticks, wall_time=lambda: app.clock.time()
+    sup.add(log.uptime)  # folds ticks into the uptime every cycle (entries, /system/info, logs stay wrap-safe)
+    flash_log = sup.add(FlashLog(wall_time=lambda: app.clock.time()
                                  if app.clock is not None and app.clock.synced else None))
     log.sinks.append(flash_log.sink)
     flushables.append(flash_log)

@@ -1,14 +1,19 @@
 """Logging into a RAM ring: costs nothing below the level, formats with % only when kept."""
 
-from adafruit_ticks import ticks_ms
+from core.uptime import Uptime
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
 class Log:
-    """Keeps the last `capacity` entries (ticks_ms, level, text); sinks get every kept entry (e.g. the flash log)."""
+    """Keeps the last `capacity` entries (uptime ms, level, text); sinks get every kept entry (e.g. the flash log).
 
-    def __init__(self, capacity=64, level="info", echo=None):
+    uptime: a core.uptime.Uptime (code.py has the supervisor poll it). Entries carry uptime rather than ticks: a
+    ticks stamp of an entry kept for days cannot be told apart from a recent one after the wrap.
+    """
+
+    def __init__(self, capacity=64, level="info", echo=None, uptime=None):
+        self.uptime = uptime if uptime is not None else Uptime()
         self._ring = [None] * capacity
         self._next = 0
         self._count = 0
@@ -26,7 +31,7 @@ class Log:
         if _LEVELS.get(level, 40) < self.level:
             return
         text = (msg % args) if args else msg
-        entry = (ticks_ms(), level, text)
+        entry = (self.uptime.ms(), level, text)
         if self._count == len(self._ring):
             self.dropped += 1
         else:

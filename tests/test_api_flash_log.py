@@ -19,7 +19,7 @@ def entries(flog, n, text="message", level="info", t0=1000):
 
 
 def test_batched_not_written_per_line(drive):
-    flog = FlashLog(boot_ticks=0)
+    flog = FlashLog()
     flog.batch_bytes = 200
     entries(flog, 3)
     flog.poll(0)
@@ -39,6 +39,29 @@ def test_flush_after_flush_ms_even_when_small(drive):
     assert not os.path.exists("log.csv")
     flog.poll(flog.flush_ms)
     assert os.path.exists("log.csv")
+
+
+def test_a_line_after_days_of_quiet_is_written_within_flush_ms(drive):
+    """The hour counts from the first waiting line: a stamp from a flush days ago must not look like the future."""
+    from tests.steppedclock import SteppedClock
+
+    clock = SteppedClock()
+    flog = FlashLog()
+    entries(flog, 1)
+    flog.flush()
+    flog.poll(clock())
+    for _ in range(260):  # ~3.1 days without a log line, polled (coarsely) as the supervisor does
+        clock.advance(1 << 20)
+        flog.poll(clock())
+    os.remove("log.csv")
+    flog.sink((clock(), "warning", "after the quiet"))
+    flog.poll(clock())
+    clock.advance(flog.flush_ms - 1)
+    flog.poll(clock())
+    assert not os.path.exists("log.csv")
+    clock.advance(1)
+    flog.poll(clock())
+    assert "after the quiet" in open("log.csv").read()
 
 
 def test_bounded_and_rotated(drive):
@@ -69,7 +92,7 @@ def test_ram_buffer_bounded(drive):
 
 
 def test_levels_and_time_columns(drive):
-    flog = FlashLog(boot_ticks=500, wall_time=lambda: 1767225600)  # 2026-01-01T00:00:00Z
+    flog = FlashLog(wall_time=lambda: 1767225600)  # 2026-01-01T00:00:00Z
     flog.min_level = "warning"
     flog.sink((2500, "info", "skipped"))
     flog.sink((2500, "warning", 'comma, and "quote"'))

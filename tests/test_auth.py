@@ -74,6 +74,36 @@ def test_confirm_errors_keep_old_tokens(tmp_path):
     assert ei.value.status == 409
 
 
+def test_pending_pair_does_not_come_back_after_the_tick_wrap(tmp_path):
+    """Ticks wrap every 2**29 ms: a pair left unconfirmed must not become confirmable again ~6 days later."""
+    clock = SteppedClock()
+    t = Tokens(str(tmp_path / "tokens.json"))
+    _r, w = t.generate(clock())
+    clock.advance((1 << 29) - 30000)  # no poll in between: the stamp now looks 30 s in the future
+    assert not t.pending(clock())
+    with pytest.raises(TokenError) as ei:
+        t.confirm(w, clock())
+    assert ei.value.status == 410 and not t.configured()
+
+
+def test_poll_drops_the_expired_pair_before_the_wrap_can_revive_it(tmp_path):
+    clock = SteppedClock()
+    t = Tokens(str(tmp_path / "tokens.json"))
+    _r, w = t.generate(clock())
+    clock.advance(PENDING_MS - 1)
+    t.poll(clock())
+    assert t.pending(clock())  # still valid one millisecond before the end
+    clock.advance(1)
+    t.poll(clock())
+    assert t.describe()["pending"] is False
+    for _ in range(512):  # a full period and then some, polled as the supervisor does (more coarsely)
+        clock.advance(1 << 20)
+        t.poll(clock())
+    with pytest.raises(TokenError) as ei:
+        t.confirm(w, clock())  # the age is (2**29 + 2**20 ...) mod 2**29: "fresh" if the stamp were still kept
+    assert ei.value.status == 410 and not t.configured()
+
+
 def test_second_generate_replaces_pending(tmp_path):
     clock = SteppedClock()
     t = Tokens(str(tmp_path / "tokens.json"))

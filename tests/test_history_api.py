@@ -106,6 +106,16 @@ def test_latest_through_the_published_client_and_204_when_stale(served):
     assert requests.get(served[1] + "/api/v1/history/latest", timeout=5).status_code == 204
 
 
+def test_latest_does_not_serve_a_reading_left_on_the_bus_for_days(served):
+    """A dead pipeline leaves its last reading: 2**28 ms later its stamp looks like the future, not like now."""
+    sim, url, _port = served
+    sim.bus.publish("reading", reading(123456789, 42, 777, ts_ms=(ticks_ms() - (1 << 28) - 1000) % (1 << 29)))
+    try:
+        assert requests.get(url + "/api/v1/history/latest", timeout=5).status_code == 204
+    finally:
+        sim.bus.publish("reading", None)
+
+
 def test_large_answers_are_chunked_not_sized(served):
     _sim, url, _port = served
     r = requests.get(url + "/api/v1/history/lowRes", params={"start": "2026-01-01", "days": "366"}, timeout=10)

@@ -223,6 +223,35 @@ def test_rate_limiter_wraps_with_ticks():
     assert rl.allow((top + 1000) % (1 << 29))
 
 
+def test_rate_limiter_forgets_stamps_older_than_half_the_tick_period():
+    """25 requests, then 2**28..2**29 ms of silence: the stale stamps must not look recent (they used to lock the API
+    for up to ~75 h, and refused requests are not recorded, so retrying never helped)."""
+    for silence in ((1 << 28) + 5000, (1 << 29) - 5000):  # the stamps then appear 2**28-5000 / 5000 ms ahead
+        rl = RateLimiter(25, 10000)
+        clock = SteppedClock()
+        assert all(rl.allow(clock()) for _ in range(25)) and not rl.allow(clock())
+        clock.advance(silence)
+        assert rl.allow(clock()), silence
+        assert rl.used() == 1
+
+
+def test_rate_limiter_prune_in_poll_keeps_the_window_exact_across_the_wrap():
+    rl = RateLimiter(3, 1000)
+    clock = SteppedClock()
+    for _ in range(3):
+        assert rl.allow(clock())
+        clock.advance(1)
+    for _ in range(520):  # a full period and more, pruned every step as poll() does
+        clock.advance(1 << 20)
+        rl.prune(clock())
+    assert rl.used() == 0
+    assert [rl.allow(clock()) for _ in range(4)] == [True, True, True, False]
+    clock.advance(999)
+    assert not rl.allow(clock())
+    clock.advance(1)
+    assert rl.allow(clock())
+
+
 def test_auth_table():
     assert required_level("GET", "/api/v1/system/alive") == 0
     assert required_level("GET", "/api/v1/system/wifi_scan") == 0
@@ -253,7 +282,7 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
         port = api._server._sock._sock.getsockname()[1]
         s = socket.create_connection(("127.0.0.1", port), timeout=2)
         body = json.dumps({"ledEnable": False, "medianFilterSize": 0, "ctRatio": 2.5}).encode()
-        s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
         s.settimeout(0.05)
         answer = b""

@@ -42,7 +42,7 @@ def _slow(port, stop):
     while not stop.is_set():
         s = socket.create_connection(("127.0.0.1", port))
         try:
-            for ch in b"GET /api/v1/system/alive HTTP/1.1\r\nHost: x\r\n\r\n":
+            for ch in b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n":
                 if stop.is_set():
                     break
                 s.sendall(bytes([ch]))
@@ -57,7 +57,7 @@ def _half_body(port, stop):
     while not stop.is_set():
         s = socket.create_connection(("127.0.0.1", port))
         try:
-            s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 100\r\n\r\n{\"device_name\": ")
             stop.wait(1.0)
         except OSError:
@@ -72,7 +72,7 @@ def _non_reader(port, stop):
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
         try:
-            s.sendall(b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             stop.wait(1.0)
         except OSError:
             pass
@@ -143,7 +143,7 @@ def test_slow_client_gets_408(host):
 
 
 def test_half_body_gets_408(host):
-    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             b"Content-Length: 40\r\n\r\n{\"ledEnable\":")
     assert status_of(answer) == 408
     assert host.get("/api/v1/settings")[1]["ledEnable"] is True
@@ -160,14 +160,14 @@ def test_connect_and_close_gets_nothing_and_costs_nothing(host):
 
 def test_body_over_limit_is_413(host):
     body = b'{"device_name": "' + b"x" * 9000 + b'"}'
-    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert status_of(answer) == 413
     assert "8192" in json.loads(body_of(answer))["error"]
 
 
 def test_declared_huge_body_is_413_without_reading_it(host):
-    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             b"Content-Length: 100000000\r\n\r\n")
     assert status_of(answer) == 413
 
@@ -176,14 +176,15 @@ def test_body_at_limit_is_read(host):
     pad = 8192 - len(b'{"device_name": ""}')
     body = b'{"device_name": "' + b"x" * pad + b'"}'
     assert len(body) == 8192
-    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             b"Content-Length: 8192\r\n\r\n" + body)
     assert status_of(answer) == 400  # read whole, then refused by the settings rules, not by size
     assert json.loads(body_of(answer))["fields"]["device_name"] == "at most 31 characters"
 
 
 def test_header_over_limit_is_431(host):
-    answer = raw(host.port, b"GET /api/v1/system/alive HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 3000 + b"\r\n\r\n")
+    answer = raw(host.port,
+                 b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 3000 + b"\r\n\r\n")
     assert status_of(answer) == 431
     assert "error" in json.loads(body_of(answer))
 
@@ -191,9 +192,9 @@ def test_header_over_limit_is_431(host):
 @pytest.mark.parametrize("request_bytes", [
     b"GARBAGE\r\n\r\n",
     b"GET /api/v1/system/alive HTTP/1.1\r\nNoColonHeader\r\n\r\n",
-    b"\xff\xfe GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-    b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+    b"\xff\xfe GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+    b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
 ], ids=["no-request-line", "bad-header", "not-utf8", "length-not-number", "length-negative"])
 def test_malformed_requests_are_400(host, request_bytes):
     answer = raw(host.port, request_bytes)
@@ -202,7 +203,7 @@ def test_malformed_requests_are_400(host, request_bytes):
 
 
 def test_chunked_request_body_is_411(host):
-    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    answer = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
                             b"Content-Type: application/json\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
     assert status_of(answer) == 411
 
@@ -210,8 +211,8 @@ def test_chunked_request_body_is_411(host):
 def test_expect_100_continue(host):
     s = socket.create_connection(("127.0.0.1", host.port), timeout=5)
     body = b'{"device_name": "Continued"}'
-    s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body))
+    s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
     first = s.recv(100)
     assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
     s.sendall(body)
@@ -227,24 +228,24 @@ def test_expect_100_continue(host):
 
 
 def test_unknown_path_404_and_wrong_method_405(host):
-    a = raw(host.port, b"GET /api/v1/nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+    a = raw(host.port, b"GET /api/v1/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 404 and json.loads(body_of(a)) == {"error": "Not found"}
-    a = raw(host.port, b"DELETE /api/v1/system/alive HTTP/1.1\r\nHost: x\r\n\r\n")
+    a = raw(host.port, b"DELETE /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 405 and header_of(a, "Allow") == "GET"
     assert header_of(a, "Content-Type") == "application/json"
-    a = raw(host.port, b"PUT /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    a = raw(host.port, b"PUT /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
     assert status_of(a) == 405 and header_of(a, "Allow") == "GET, POST"
 
 
 def test_query_values_are_percent_decoded(host):
-    a = raw(host.port, b"GET /api/v1/system/wifi_scan?refresh=%74rue HTTP/1.1\r\nHost: x\r\n\r\n")
+    a = raw(host.port, b"GET /api/v1/system/wifi_scan?refresh=%74rue HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 200
-    a = raw(host.port, b"GET /api/v1/system/wifi_scan?refresh=%ZZ HTTP/1.1\r\nHost: x\r\n\r\n")
+    a = raw(host.port, b"GET /api/v1/system/wifi_scan?refresh=%ZZ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 400
 
 
 def test_chunked_answer_streams_whole(host):
-    a = raw(host.port, b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: x\r\n\r\n")
+    a = raw(host.port, b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 200 and header_of(a, "Transfer-Encoding") == "chunked"
     zones = json.loads(body_of(a))
     assert len(zones) > 400 and {"name": "Europe/Berlin", "utcOffsetMin": zones[0]["utcOffsetMin"] * 0 +

@@ -553,3 +553,29 @@ def test_modbus_port_setting_moves_the_listener_without_override():
     finally:
         server.stop()
     assert socketpool.open_count() == 0
+
+
+def test_a_reading_left_on_the_bus_stays_stale_across_the_tick_wrap():
+    """A dead pipeline leaves its last Reading on the bus: once too old it must never be served again, neither when
+    its stamp looks like the future (2**28 ms later) nor when the wrap makes it look recent (2**29 ms later)."""
+    from tests.steppedclock import SteppedClock
+
+    for polled in (False, True):
+        clock = SteppedClock()
+        h = Harness(thread=False)
+        try:
+            reading = Reading(clock(), dict(VALUES))
+            h.bus.publish("reading", reading)
+            h.server.poll(clock())
+            assert h.server.map.source is reading
+            if polled:  # the supervisor polls on: the reading is seen stale once, then latched
+                for _ in range(520):
+                    clock.advance(1 << 20)
+                    h.server.poll(clock())
+                clock.advance((1 << 29) - 520 * (1 << 20) + 100)  # the stamp is now 100 ms "old" again
+            else:
+                clock.advance((1 << 28) + 1000)  # no poll in between: the stamp looks 2**28 - 1000 ms ahead
+            h.server.poll(clock())
+            assert h.server.map.source is None, polled
+        finally:
+            h.close()

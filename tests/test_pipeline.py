@@ -252,6 +252,19 @@ def test_a_burst_of_buffered_telegrams_with_one_timestamp_is_plausible():
     assert rig.pipe.counters["implausible"] == 2
 
 
+def test_a_meter_back_after_days_of_silence_is_not_judged_against_one_second():
+    """The IR head was off for 4 days (past the 2**28 ms the tick wrap allows): 96 kWh more at 1 kW is plausible."""
+    rig = Rig(medianFilterSize=0)
+    rig.send(telegram(100000, 1000))
+    for _ in range(330):  # 4 days, polled (coarsely) as the supervisor does
+        rig.idle(1 << 20)
+    grown = 100000 + 330 * (1 << 20) // 3600  # tenths of Wh at 1 kW over the gap
+    rig.send(telegram(grown, 1000))
+    rig.send(telegram(grown - 10, 1000), advance=1000)  # running backwards is still refused after the gap
+    assert [r.values["1.8.0"][0] for r in rig.drain() if r is not None] == [100000, grown]
+    assert rig.pipe.counters["implausible"] == 1
+
+
 def test_low_resolution_counter_may_step_by_one_digit():
     rig = Rig(medianFilterSize=0)
     rig.send(telegram(13391, 100, imp_scaler=3))  # kWh resolution like dzg-1.hex

@@ -67,3 +67,16 @@ def test_failed_module_is_an_error_and_reset_pending_still_wins():
     led.set("RESET_PENDING")
     pol.poll(clock())
     assert led.current() == "RESET_PENDING"
+
+
+def test_no_meter_for_days_stays_error_across_the_tick_wrap():
+    """The startup grace must not come back when the wrap makes the start stamp look recent (or in the future)."""
+    pol, _bus, led, _sup, clock = make()
+    pol.poll(clock())
+    for _ in range(520):  # more than a whole tick period (2**29 ms) without a reading, polled coarsely
+        clock.advance(1 << 20)
+        pol.poll(clock())
+        assert led.current() == "ERROR"
+    clock.advance((1 << 29) - 520 * (1 << 20) + 1000)  # the start stamp now looks 1 s old
+    pol.poll(clock())
+    assert led.current() == "ERROR"

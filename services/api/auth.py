@@ -4,8 +4,7 @@ import binascii
 import hashlib
 import os
 
-from adafruit_ticks import ticks_add, ticks_less
-
+from core.elapsed import fresh
 from core.settings import read_json_file, write_atomic
 
 OPEN = 0
@@ -68,7 +67,8 @@ class Tokens:
         self._urandom = urandom
         self._read = None      # SHA-256 digests of the active tokens
         self._write = None
-        self._pending = None   # (read digest, write digest, expiry ticks)
+        self._pending = None   # (read digest, write digest, ticks when generated)
+        self._expired = False  # the last pending pair ran out unconfirmed (confirm then answers 410, not 409)
         self.load_error = None
 
     def load(self):
@@ -105,21 +105,34 @@ class Tokens:
         """A new pending pair (read, write), valid PENDING_MS; it replaces an earlier pending pair."""
         read = self._new_token()
         write = self._new_token()
-        self._pending = (digest(read), digest(write), ticks_add(now_ms, PENDING_MS))
+        self._pending = (digest(read), digest(write), now_ms)
+        self._expired = False
         return read, write
+
+    def _fresh(self, now_ms):
+        """True while the pending pair is younger than PENDING_MS; a stamp that looks like the future is stale."""
+        return fresh(self._pending[2], now_ms, PENDING_MS)
+
+    def poll(self, now_ms):
+        """Drop a pending pair once it expired, so the tick wrap (2**29 ms) can never make it valid again."""
+        if self._pending is not None and not self._fresh(now_ms):
+            self._pending = None
+            self._expired = True
 
     def pending(self, now_ms):
         """True while a generated pair waits for its confirm."""
-        return self._pending is not None and ticks_less(now_ms, self._pending[2])
+        self.poll(now_ms)
+        return self._pending is not None
 
     def confirm(self, new_write_token, now_ms):
         """Activate the pending pair if new_write_token is its WRITE token; raise TokenError otherwise."""
+        self.poll(now_ms)
         p = self._pending
         if p is None:
+            if self._expired:
+                self._expired = False  # said once; a second confirm finds nothing pending (409)
+                raise TokenError(410, "Pending tokens expired: generate a new pair")
             raise TokenError(409, "No pending tokens: call /api/v1/auth/tokens/generate first")
-        if not ticks_less(now_ms, p[2]):
-            self._pending = None
-            raise TokenError(410, "Pending tokens expired: generate a new pair")
         if not isinstance(new_write_token, str) or not same(digest(new_write_token), p[1]):
             raise TokenError(409, "new_write_token does not match the pending tokens")
         write_atomic(self.path, {"read": binascii.hexlify(p[0]).decode(), "write": binascii.hexlify(p[1]).decode()})

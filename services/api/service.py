@@ -2,16 +2,21 @@
 
 import json
 
-from adafruit_ticks import ticks_diff, ticks_ms
+from adafruit_httpserver import JSONResponse
+from adafruit_ticks import ticks_ms
 
+from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, WRITE
+from services.api.origin import cross_site, device_names, host_allowed
 from services.api.server import HardenedServer, error_response
+
+ALIVE_PATH = "/api/v1/system/alive"
 
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
 # services (history, mqtt, modbus) are covered here, so their modules register plain Routes and stay auth-free.
 AUTH_TABLE = (
-    ("/api/v1/system/alive", None, OPEN),
+    (ALIVE_PATH, None, OPEN),
     ("/api/v1/system/wifi_scan", None, OPEN),
     ("/api/v1/history/", "GET", READ),
     ("/api/v1/mqtt/", "GET", READ),
@@ -30,25 +35,41 @@ def required_level(method, path):
 
 
 class RateLimiter:
-    """Sliding window: at most limit requests in any window_ms, device-wide (a ring of the last limit times)."""
+    """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks).
+
+    A stamp leaves the ring as soon as it is window_ms old or appears to lie in the future. prune() runs in every
+    poll, so no stamp lives long enough for the tick wrap to matter: ticks_diff is only meaningful within
+    +-2**28 ms, and a stamp kept for days would otherwise look recent again and refuse every request for up to
+    ~75 h (refused requests are not recorded, so retrying never helped).
+    """
 
     def __init__(self, limit=25, window_ms=10000):
         self.limit = limit
         self.window_ms = window_ms
         self._times = [0] * limit
-        self._next = 0
+        self._head = 0    # index of the oldest stamp
         self._count = 0
+
+    def prune(self, now):
+        """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
+        while self._count:
+            if fresh(self._times[self._head], now, self.window_ms):
+                return
+            self._head = (self._head + 1) % self.limit
+            self._count -= 1
 
     def allow(self, now):
         """Record and allow a request, or refuse it (a refused request is not recorded)."""
-        if self._count == self.limit:
-            if ticks_diff(now, self._times[self._next]) < self.window_ms:
-                return False
-        else:
-            self._count += 1
-        self._times[self._next] = now
-        self._next = (self._next + 1) % self.limit
+        self.prune(now)
+        if self._count >= self.limit:
+            return False
+        self._times[(self._head + self._count) % self.limit] = now
+        self._count += 1
         return True
+
+    def used(self):
+        """Requests recorded in the current window."""
+        return self._count
 
 
 class HttpApi(Module):
@@ -59,6 +80,7 @@ class HttpApi(Module):
     min_free_heap = 25 * 1024     # below this, answer 503 (spec)
     retry_after_429 = "10"
     retry_after_503 = "5"
+    alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
                  ticks=ticks_ms):
@@ -72,8 +94,11 @@ class HttpApi(Module):
         self._server = None
         self._routes = []
         self.limiter = RateLimiter(rate_limit, rate_window_ms)
+        self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
+        self._names = ()
 
     def start(self):
+        self._names = device_names(self._app.device_id)
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
         routes = []
         for mod in self._route_modules:
@@ -83,6 +108,12 @@ class HttpApi(Module):
         self._server = server
 
     def poll(self, now_ms):
+        # Time-limited state is expired here, every cycle, so no stamp grows old enough for the tick wrap.
+        self.limiter.prune(now_ms)
+        self.alive_limiter.prune(now_ms)
+        auth = getattr(self._app, "auth", None)
+        if auth is not None:
+            auth.poll(now_ms)
         self._server.poll()
 
     def stop(self):
@@ -107,9 +138,24 @@ class HttpApi(Module):
         return None, allowed
 
     def _dispatch(self, request):
-        """Limits first (429, 503), then routing (404, 405), then the token level (401, 403), then the handler."""
+        """Browser rules first (421, 403), limits (429, 503), routing (404, 405), the token level (401, 403), handler.
+
+        The browser rules come before the rate limit so a hostile page's refused requests cost no budget of the
+        owner's clients; they are answered as cheaply as a 429. The rate limit comes before authentication so
+        guessing tokens is throttled too.
+        """
+        hosts = request.headers.get_list("Host")
+        if len(hosts) > 1 or not host_allowed(hosts[0] if hosts else None, self._names):
+            self.count("misdirected")
+            return JSONResponse(request, {"error": "Host not accepted: address the device by its IP address or "
+                                                   "its .local name"}, status=(421, "Misdirected Request"))
+        refused = cross_site(request.method, request.headers)
+        if refused is not None:
+            self.count("cross_site")
+            return error_response(request, 403, "Cross-site request refused (%s): changes are accepted from the "
+                                                "device's own web page or from clients that are not browsers" % refused)
         now = self._ticks()
-        if not self.limiter.allow(now):
+        if self._over_budget(request, now):
             self.count("rate_limited")
             return error_response(request, 429, "Too many requests", headers={"Retry-After": self.retry_after_429})
         mem_free = self._app.mem_free
@@ -137,6 +183,18 @@ class HttpApi(Module):
                 except Exception:
                     return error_response(request, 400, "Malformed JSON")
         return handler(request, **extra)
+
+    def _over_budget(self, request, now):
+        """True when the request is refused by the device-wide budget.
+
+        Every request counts, alive included, so a flood of alive spends the budget like any other. Once the budget
+        is spent, GET alive is still answered from a small reserve of its own (alive_reserve per window): a health
+        check (Home Assistant) and a locked-out owner can still see that the device is up while another client
+        floods it, and the flood gains at most alive_reserve tiny answers per window.
+        """
+        if self.limiter.allow(now):
+            return False
+        return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now))
 
     def _check_token(self, request):
         """None when the request may proceed, else the 401/403 answer."""

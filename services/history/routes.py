@@ -5,6 +5,7 @@ import json
 from adafruit_httpserver import GET, ChunkedResponse, JSONResponse, Response, Route
 from adafruit_ticks import ticks_diff, ticks_ms
 
+from core.elapsed import fresh
 from core.tz import days_from_civil, is_leap, to_civil
 from meter import obis
 from meter.decimal import to_str
@@ -12,6 +13,7 @@ from meter.decimal import to_str
 MAX_DAYS = 366        # lowRes days: one leap year, the retention of the LowRes ring
 _MDAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _JSON = "application/json"
+_STALE_MS = 15000   # a reading older than this is not served even if left on the bus (a dead pipeline)
 
 
 class BadRequest(Exception):
@@ -84,10 +86,13 @@ def routes(app):
 
     def latest(request):
         reading = app.bus.latest("reading")
-        if reading is None:
+        now = ticks_ms()
+        # The pipeline publishes None when the meter is silent; the age check covers a reading it left behind,
+        # whose stamp the tick wrap would otherwise turn into "in the future" (a timestamp days ahead).
+        if reading is None or not fresh(reading.ts_ms, now, _STALE_MS):
             return Response(request, "", status=(204, "No Content"))  # stale or not yet read: the client shows None
         lang = app.settings.get("language.active", "de")
-        return Response(request, latest_body(reading, app.clock, lang, ticks_ms()), content_type=_JSON)
+        return Response(request, latest_body(reading, app.clock, lang, now), content_type=_JSON)
 
     def high_res(request):
         if app.history is None:

@@ -2,8 +2,7 @@
 
 import os
 
-from adafruit_ticks import ticks_diff
-
+from core.elapsed import fresh
 from core.module import Module
 
 HEADER = "time,uptime_s,level,message\n"
@@ -26,7 +25,7 @@ def iso_utc(secs):
 
 
 class FlashLog(Module):
-    """Sink of core.log.Log; boot_ticks for uptime, wall_time() -> epoch seconds or None while the clock is unsynced.
+    """Sink of core.log.Log (entries carry uptime ms); wall_time() -> epoch seconds or None while the clock is unsynced.
 
     NOR flash without wear levelling: each append rewrites the file's last sector plus FAT and directory sectors,
     so lines wait in RAM until batch_bytes gather or flush_ms passes (or flush() on reboot, button, reset).
@@ -41,17 +40,16 @@ class FlashLog(Module):
     max_buffer = 8192       # RAM bound for unwritten lines; the oldest are dropped (and counted) beyond it
     min_level = "info"
 
-    def __init__(self, boot_ticks=0, wall_time=None):
+    def __init__(self, wall_time=None):
         Module.__init__(self)
-        self._boot = boot_ticks
         self._wall = wall_time
         self._lines = []
         self._buffered = 0
-        self._last_flush = None
+        self._waiting_since = None   # ticks of the poll that first saw unwritten lines
 
     def sink(self, entry):
-        """Take one log entry (ticks_ms, level, text) into the batch."""
-        ticks, level, text = entry
+        """Take one log entry (uptime ms, level, text) into the batch."""
+        up_ms, level, text = entry
         if _LEVELS.get(level, 40) < _LEVELS[self.min_level]:
             return
         when = ""
@@ -62,8 +60,7 @@ class FlashLog(Module):
                     when = iso_utc(secs)
             except Exception:
                 pass
-        up = ticks_diff(ticks, self._boot) // 1000
-        line = "%s,%d,%s,%s\n" % (when, up, level, csv_field(text))
+        line = "%s,%d,%s,%s\n" % (when, up_ms // 1000, level, csv_field(text))
         self._lines.append(line)
         self._buffered += len(line)
         while self._buffered > self.max_buffer and self._lines:
@@ -71,12 +68,14 @@ class FlashLog(Module):
             self.count("dropped")
 
     def poll(self, now_ms):
-        if self._last_flush is None:
-            self._last_flush = now_ms
-        due = self._lines and ticks_diff(now_ms, self._last_flush) >= self.flush_ms
+        if not self._lines or self._waiting_since is None:
+            # The hour counts from the first waiting line, restamped every poll while none waits: a stamp from the
+            # last flush could be days old, and the tick wrap would then hold new lines in RAM for up to ~3 days.
+            self._waiting_since = now_ms
+        due = self._lines and not fresh(self._waiting_since, now_ms, self.flush_ms)
         if self._buffered >= self.batch_bytes or due:
             self.flush()
-            self._last_flush = now_ms
+            self._waiting_since = now_ms
 
     def flush(self):
         """Append the batch in one write; rotate first when the file would pass max_bytes."""

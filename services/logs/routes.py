@@ -1,7 +1,6 @@
 """Log routes: the IR head's raw ring (binary), the persistent CSV log, a CSV snapshot of the RAM log."""
 
 from adafruit_httpserver import GET, ChunkedResponse, Response, Route
-from adafruit_ticks import ticks_diff
 
 from services.logs.flash_log import HEADER, csv_field
 
@@ -31,8 +30,8 @@ def routes(app):
     def ram(request):
         # A snapshot first: the ring may change while the answer is sent.
         lines = ["uptime_s,level,message\n"]
-        for ticks, level, text in app.log.entries():
-            lines.append("%d,%s,%s\n" % (ticks_diff(ticks, app.boot_ticks) // 1000, level, csv_field(text)))
+        for up_ms, level, text in app.log.entries():
+            lines.append("%d,%s,%s\n" % (up_ms // 1000, level, csv_field(text)))
         return Response(request, "".join(lines), content_type="text/csv; charset=utf-8")
 
     return [

@@ -2,6 +2,7 @@
 
 from adafruit_ticks import ticks_diff
 
+from core.elapsed import fresh
 from core.module import OK, WARN, Module
 from meter import obis
 from meter.d0 import decode_d0
@@ -48,6 +49,7 @@ class MeterPipeline(Module):
     REBASE_AFTER = 10         # consecutive implausible telegrams after which the counter is taken as reset
     MIN_INTERVAL_MS = 1000    # meters send at most one telegram a second; a burst read in one poll shares now_ms
     HEALTH_EVERY_MS = 5000
+    FORGET_GAP_MS = 86400000  # silent this long: the time of the last telegram is forgotten (far below 2**28 ms)
 
     def __init__(self, bus, settings, ir_head=None, led=None, dzg=False):
         Module.__init__(self)
@@ -112,6 +114,10 @@ class MeterPipeline(Module):
                 changed = True
         if changed:
             self._load_settings()
+        if self._last_ok_ms is not None and not fresh(self._last_ok_ms, now_ms, self.FORGET_GAP_MS):
+            # Silent for a day: forget when the last telegram came. Past 2**28 ms the tick wrap would make its
+            # stamp look recent or in the future, and the next telegram's growth would be judged against ~1 s.
+            self._last_ok_ms = None
         ref = self._last_ok_ms if self._last_ok_ms is not None else self._start_ms
         if ticks_diff(now_ms, ref) >= self.STALE_MS:
             if not self.stale or self.state != WARN:
@@ -255,13 +261,15 @@ class MeterPipeline(Module):
             if _KIND.get(code) != "energy":
                 continue
             prev = last.get(code)
-            if prev is None or dt is None:
+            if prev is None:
                 continue
             m, e = values[code]
             dm, de = sub(m, e, prev[0], prev[1])
             if dm < 0:
                 bad = "energy backwards " + code
                 break
+            if dt is None:
+                continue  # the gap since the last telegram is unknown (over a day): any growth is possible
             # allowed Wh = MAX_POWER_W * dt_ms / 3.6e6, plus one step of the counter's last digit
             if de >= 0:
                 over = dm * 10 ** de * 3600000 > self.MAX_POWER_W * dt + 3600000 * 10 ** de

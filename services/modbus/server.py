@@ -5,6 +5,7 @@ import errno
 from adafruit_ticks import ticks_diff
 from micropython import const
 
+from core.elapsed import fresh
 from core.module import OK, WARN, Module
 from services.modbus.sunspec_map import SunSpecMap, energy_sf
 
@@ -107,6 +108,7 @@ class ModbusServer(Module):
         self.enabled = False
         self.port = 0
         self.map = None
+        self._expired = None   # the last reading found too old: never served again
         self._config = None
         self._configure()
 
@@ -211,7 +213,10 @@ class ModbusServer(Module):
             if self.enabled:
                 self._open()          # a failure raises: the supervisor retries start() with backoff
         reading = self._bus.latest("reading")
-        if reading is not None and ticks_diff(now_ms, reading.ts_ms) >= self.stale_ms:
+        if reading is not None and (reading is self._expired or not fresh(reading.ts_ms, now_ms, self.stale_ms)):
+            # Latched: a reading left on the bus (a dead pipeline) must not come back when the tick wrap makes its
+            # stamp look recent again 2**29 ms later.
+            self._expired = reading
             reading = None
         if reading is not self.map.source:
             self.map.update(reading)

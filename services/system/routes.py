@@ -2,7 +2,6 @@
 
 
 from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
-from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.module import Module
 from core.version import VERSION
@@ -106,7 +105,7 @@ def routes(app):
         return JSONResponse(request, {"alive": True, "version": VERSION})
 
     def info(request):
-        up_ms = ticks_diff(ticks_ms(), app.boot_ticks)
+        up_ms = app.log.uptime.ms()  # wrap-safe: ticks_diff from boot went negative after ~3.1 days
         radio = app.radio
         wifi = []
         ap = []

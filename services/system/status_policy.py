@@ -1,7 +1,6 @@
 """Decides which LED states are active from the firmware's health: startup, OK, meter or module error."""
 
-from adafruit_ticks import ticks_diff
-
+from core.elapsed import fresh
 from core.module import FAILED, Module
 
 
@@ -17,15 +16,17 @@ class StatusPolicy(Module):
         self._led = led
         self._sup = supervisor
         self._started = None
-        self._seen_reading = False
+        self._grace_over = False
 
     def poll(self, now_ms):
         if self._started is None:
             self._started = now_ms
         reading = self._bus.latest("reading")
         if reading is not None:
-            self._seen_reading = True
-        starting = not self._seen_reading and ticks_diff(now_ms, self._started) < self.startup_ms
+            self._grace_over = True
+        if not self._grace_over and not fresh(self._started, now_ms, self.startup_ms):
+            self._grace_over = True  # for good: days without a meter must not wrap back to it
+        starting = not self._grace_over
         led = self._led
         led.set("STARTUP", starting)
         # A silent meter (no telegram for 10 s: the pipeline publishes None) or a failed module is an error.
