@@ -53,7 +53,7 @@ def call(api, path, body, ctype="application/json"):
     """(status, JSON answer) of a POST with the raw body bytes."""
     port = api._server._sock._sock.getsockname()[1]
     s = socket.create_connection(("127.0.0.1", port), timeout=2)
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
               % (path.encode(), ctype.encode(), len(body)) + body)
     s.settimeout(0.05)
     answer = b""
