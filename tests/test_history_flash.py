@@ -152,7 +152,7 @@ def test_files_already_on_the_drive_are_laid_out_uncounted(tmp_path, monkeypatch
     try:
         assert m.stats()["sector_erases"] == 0
         os.remove("history.bin")                   # FatFs knows the file: no refusal
-        assert m.stats()["fat_errors"] == [] and m.stats()["erases"]["fat"] == 1
+        assert m.stats()["fat_errors"] == [] and m.stats()["erases"]["fat"] >= 1
     finally:
         m.uninstall()
 
