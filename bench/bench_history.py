@@ -312,10 +312,11 @@ def main():
     print("history alone, flushMinutes=60: %.1f erases/day (data %.1f, directory %.1f, FAT %.1f), %d bytes/day;"
           " creating the file: %d erases once" % (fl["erases_per_day"], fl["by_kind"]["data"], fl["by_kind"]["dir"],
                                                  fl["by_kind"]["fat"], fl["bytes_per_day"], fl["create_erases"]))
-    for fm in (15, 120, 240):
+    for fm in (1, 15, 30, 120, 240):
         f2 = flash_inprocess(days=7, flush_minutes=fm)
-        print("history alone, flushMinutes=%d: %.1f erases/day, most-erased sector %.1f/day"
-              % (fm, f2["erases_per_day"], f2["hottest_per_day"]))
+        print("history alone, flushMinutes=%d: %.1f erases/day, most-erased sector %.1f/day (%.1f years to %d)"
+              % (fm, f2["erases_per_day"], f2["hottest_per_day"], ENDURANCE / f2["hottest_per_day"] / 365,
+                 ENDURANCE))
     yr = flash_year()
     m = yr["model"]
     print("model: CIRCUITPY %d KB, %s, %d-byte clusters, FAT in blocks %d..%d, root directory in blocks %d..%d"
