@@ -111,7 +111,7 @@ def heap_figures():
     return out
 
 
-def _drive(meter, days, flush_minutes, store, step_s=10, log_every_s=0, extra=None, on_start=None, log_folder=None):
+def _drive(meter, days, flush_minutes, store, step_s=10, log_every_s=0, extra=None, on_start=None, log_paths=None):
     """Run the history service (and a FlashLog fed a line every log_every_s) in process for days simulated days.
 
     meter: a FlashMeter installed on the current folder. extra(day) runs once a simulated day (other writers).
@@ -130,10 +130,8 @@ def _drive(meter, days, flush_minutes, store, step_s=10, log_every_s=0, extra=No
     h.start()
     h.poll(0)
     flog = FlashLog(0, wall_time=lambda: clock.utc) if log_every_s else None
-    if flog is not None and log_folder:      # a what-if: the flash log in a folder of its own
-        os.mkdir(log_folder)
-        flog.path = log_folder + "/log.csv"
-        flog.old_path = log_folder + "/log.1.csv"
+    if flog is not None and log_paths:       # the flash log elsewhere than its default (a comparison)
+        flog.path, flog.old_path = log_paths
     if on_start is not None:
         on_start()
     s0 = meter.stats()
@@ -188,14 +186,14 @@ def flash_inprocess(days=14, flush_minutes=60):
             "hottest_per_day": max(sectors.values()) if sectors else 0}
 
 
-def flash_year(days=365, flush_minutes=60, log_every_s=3600, kb=None, step_s=60, log_folder=None):
+def flash_year(days=365, flush_minutes=60, log_every_s=3600, kb=None, step_s=60, log_paths=None):
     """Every 4 KB sector's erases over a simulated year of the firmware's steady writers, in process.
 
     Writers at the defaults: history (HistoryStore() as code.py builds it, flushMinutes 60) and the flash log
     (services/logs/flash_log.py, defaults) fed one line every log_every_s (an hourly line keeps it flushing every
     hour, the most its defaults allow below 2 KB an hour); settings.json and tokens.json are rewritten once a
     month (they change only when a user changes them: an allowance). Returns the hottest sectors and the years
-    the hottest one lasts to ENDURANCE erase cycles. log_folder: put the flash log in that folder (a what-if).
+    the hottest one lasts to ENDURANCE erase cycles. log_paths: (path, old_path) of the flash log, else its own.
     """
     sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
     from core.settings import write_atomic
@@ -217,7 +215,7 @@ def flash_year(days=365, flush_minutes=60, log_every_s=3600, kb=None, step_s=60,
 
     try:
         s0, s1 = _drive(meter, days, flush_minutes, HistoryStore(), step_s=step_s, log_every_s=log_every_s,
-                        extra=monthly, on_start=first_writes, log_folder=log_folder)
+                        extra=monthly, on_start=first_writes, log_paths=log_paths)
         hottest = meter.hottest(5)
         stats = meter.stats()
     finally:
@@ -322,8 +320,9 @@ def main():
     print("model: CIRCUITPY %d KB, %s, %d-byte clusters, FAT in blocks %d..%d, root directory in blocks %d..%d"
           " (flash sectors %s)" % (m["volume_kb"], m["fat"], m["cluster"], m["fat_blocks"][0], m["fat_blocks"][1] - 1,
                                    m["root_dir_blocks"][0], m["root_dir_blocks"][1] - 1, yr["root_dir_sectors"]))
-    print("a simulated year at the defaults (history flushMinutes 60, flash log with a line every hour, settings and"
-          " tokens rewritten monthly): %.1f erases/day in all; most-erased 4 KB sectors:" % yr["erases_per_day"])
+    print("a simulated year at the defaults (history flushMinutes 60, flash log in logs/ with a line every hour,"
+          " settings and tokens rewritten monthly): %.1f erases/day in all; most-erased 4 KB sectors:"
+          % yr["erases_per_day"])
     for t in yr["hottest"]:
         print("  sector %d (%s): %d erases/year, by %s" % (t["sector"], t["holds"], t["per_year"], t["files"]))
     print("  history's directory entry is in sector(s) %s; root directory sectors %s; FatFs refusals: %s"
@@ -333,12 +332,11 @@ def main():
     alt = flash_year(kb=4032)
     print("same year on a 4032 KB CIRCUITPY (FAT12, no ota_1 to extend into): most-erased sector %d erases/year"
           " (%s), %.1f years" % (alt["worst_per_year"], alt["hottest"][0]["holds"], alt["years"]))
-    lf = flash_year(log_folder="logs")
-    root_now = max((t["per_year"] for t in yr["hottest"] if "root" in t["holds"]), default=0)
-    root_then = sum(lf["sectors_per_year"].get(s, 0) for s in lf["root_dir_sectors"][:1])
-    print("what if the flash log had a folder of its own (logs/): most-erased sector %d erases/year (%s), the root"
-          " directory's first sector %d erases/year instead of %d" % (lf["worst_per_year"], lf["hottest"][0]["holds"],
-                                                                     root_then, root_now))
+    root_now = yr["sectors_per_year"].get(yr["root_dir_sectors"][0], 0)
+    lr = flash_year(log_paths=("log.csv", "log.1.csv"))
+    root_then = lr["sectors_per_year"].get(lr["root_dir_sectors"][0], 0)
+    print("the root directory's first sector: %d erases/year; %d with the flash log at the drive root as before"
+          " (most-erased sector then %d)" % (root_now, root_then, lr["worst_per_year"]))
     rt = flash_runtime()
     if rt is None:
         print("whole firmware on the host runtime: did not come up, no figure")

@@ -206,6 +206,9 @@ def test_a_year_at_the_defaults_stays_under_the_ten_year_limit(meter):
     for name, sectors in yr["dir_sectors"].items():
         if not name.startswith("history"):
             assert not own & set(sectors), name
+    # The root directory (code.py's and boot.py's entries) is left alone: the flash log has a folder of its own too.
+    for sector in yr["root_dir_sectors"]:
+        assert yr["sectors_per_year"].get(sector, 0) < 1000
 
 
 def test_the_store_works_under_a_hooked_open(meter):

@@ -273,7 +273,8 @@ class HistoryStore:
         legacy = self.legacy
         if legacy is None or legacy == self.path:
             return
-        tmp = self.path[:self.path.rfind(".")] + ".tmp"
+        dot = self.path.rfind(".")
+        tmp = (self.path[:dot] if dot > slash else self.path) + ".tmp"
         if exists(self.path):
             if exists(legacy):
                 os.remove(legacy)
