@@ -113,7 +113,9 @@ def build():
     from services.history.service import History
     from services.history.store import HistoryStore
 
-    app.history = sup.add(History(bus, app.clock, settings, HistoryStore("history.bin", log=log), log=log))
+    # history/ of its own: the file's entry, rewritten at every flush, shares no directory sector with other files.
+    store = HistoryStore("history/history.bin", legacy="history.bin", log=log)  # legacy: before 2026-11
+    app.history = sup.add(History(bus, app.clock, settings, store, log=log))
     flushables.append(app.history)
     routes.append(history_routes)
     # --- end history ---

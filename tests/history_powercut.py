@@ -9,6 +9,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,11 +27,23 @@ class Failure(AssertionError):
     """A check after a restart failed."""
 
 
+PATH = "history/history.bin"    # where the firmware keeps it (code.py)
+LEGACY = "history.bin"          # where firmware before the history/ folder kept it
+
+
+def history_path(state):
+    """The drive's history file: in its folder, or where an older firmware left it; None when there is none."""
+    for rel in (PATH, LEGACY):
+        if os.path.exists(os.path.join(state, rel)):
+            return os.path.join(state, rel)
+    return None
+
+
 def read_file(state):
     """(parse_header result, records oldest first) of the drive's history file, read from a copy (no repair)."""
     tmp = tempfile.mkdtemp(prefix="hcut-")
     try:
-        shutil.copy(os.path.join(state, "history.bin"), os.path.join(tmp, "history.bin"))
+        shutil.copy(history_path(state), os.path.join(tmp, "history.bin"))
         with open(os.path.join(tmp, "history.bin"), "rb") as f:
             header = hs.parse_header(f.read(hs.HEADER_SIZE))
         st = hs.HistoryStore(os.path.join(tmp, "history.bin"))
@@ -56,13 +70,20 @@ def served_quarters(host, sim_now):
     return {i["timestamp"] for i in body["items"]}
 
 
-def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print):
-    """Start, run a random while, snapshot what is served, SIGKILL, check the file; n_kills times. Returns stats."""
+def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print, old_file=None):
+    """Start, run a random while, snapshot what is served, SIGKILL, check the file; n_kills times. Returns stats.
+
+    old_file: a history file put at the drive root first, where an older firmware kept it (moved at the first start).
+    """
     rng = random.Random(seed)
     sim = scaled_clock(speed, EPOCH0)
     ntp_host, ntp_port, stop_ntp = start_ntp_server(clock=sim)
     state = os.path.join(workdir, "drive")
     kept = {}            # seq -> record on the flash after earlier cuts: none may vanish or change
+    if old_file is not None:
+        os.makedirs(state, exist_ok=True)
+        shutil.copy(old_file, os.path.join(state, LEGACY))
+        kept = {r[0]: r for r in read_file(state)[1]}
     stats = {"kills": 0, "records": 0, "lost_max": 0, "lost_total": 0, "snapshots": 0}
     try:
         for i in range(n_kills):
@@ -82,7 +103,7 @@ def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print):
             finally:
                 host.kill()   # the cut itself, and never a firmware left running when this harness fails
             stats["kills"] += 1
-            if not os.path.exists(os.path.join(state, "history.bin")):
+            if history_path(state) is None:
                 continue          # killed before the clock synced and the file was created
             header, hr, lr = read_file(state)
             if header is None:
@@ -137,4 +158,63 @@ def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print):
     finally:
         stop_ntp()
     stats["sim_days"] = (sim() - EPOCH0) / 86400
+    stats["moved"] = os.path.exists(os.path.join(state, PATH)) and not os.path.exists(os.path.join(state, LEGACY))
     return stats
+
+
+# --- power cuts while an older firmware's file is moved into history/ (HistoryStore.move_legacy) ---
+
+_CUT_CHILD = """
+import builtins, os, signal, sys
+sys.path[:0] = [%r, %r]
+from services.history.store import HistoryStore
+os.chdir(sys.argv[1])
+left = [int(sys.argv[2])]
+def step():
+    left[0] -= 1
+    if left[0] < 0:
+        os.kill(os.getpid(), signal.SIGKILL)      # the power goes before this step reaches the drive
+def hook(fn):
+    def run(*a, **k):
+        step()
+        return fn(*a, **k)
+    return run
+class Counted:
+    def __init__(self, f):
+        self.f = f
+    def write(self, b):
+        step()
+        return self.f.write(b)
+    def __enter__(self):
+        return self
+    def __exit__(self, *e):
+        step()
+        self.f.close()
+    def __getattr__(self, n):
+        return getattr(self.f, n)
+real_open = builtins.open
+def open_(path, mode="r", *a, **k):
+    if any(c in mode for c in "wax+"):
+        step()
+        return Counted(real_open(path, mode, *a, **k))
+    return real_open(path, mode, *a, **k)
+builtins.open = open_
+os.mkdir, os.rename, os.remove = hook(os.mkdir), hook(os.rename), hook(os.remove)
+HistoryStore(legacy=%r).open()
+print("steps", int(sys.argv[2]) - left[0])
+"""
+
+
+def migration_steps(state, cut_at):
+    """Run HistoryStore.open() on the drive folder state in a child process that is SIGKILLed before its
+    cut_at-th change to the drive (mkdir, open for writing, write, close, rename, remove). Returns the number of
+    changes it made when it finished, or None when it was cut."""
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = _CUT_CHILD % (os.path.join(root, "host", "cp"), root, LEGACY)
+    p = subprocess.run([sys.executable, "-c", code, state, str(cut_at)], capture_output=True, text=True, timeout=60)
+    if p.returncode == 0:
+        return int(p.stdout.split()[-1])
+    if p.returncode != -9:
+        raise Failure("migration child failed: %s" % p.stderr[-2000:])
+    return None

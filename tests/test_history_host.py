@@ -10,7 +10,7 @@ import pytest
 from aio_wattwaechter import Wattwaechter
 
 from host.ntp_server import scaled_clock, start_ntp_server
-from tests.history_powercut import read_file
+from tests.history_powercut import history_path, read_file
 from tests.hostproc import HostProcess
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def test_sigterm_flushes_the_batch_waiting_in_ram(tmp_path, ntp):
         served = host.wait_for(lambda: _served(host), timeout=60)
         time.sleep(3)                                     # 45 simulated minutes more
         served = _served(host)
-        assert not os.path.exists(drive / "history.bin") or len(read_file(str(drive))[1]) == 0
+        assert history_path(str(drive)) is None or len(read_file(str(drive))[1]) == 0
     finally:
         assert host.stop() == 0                           # SIGTERM: an orderly stop
     _h, on_flash, _lr = read_file(str(drive))

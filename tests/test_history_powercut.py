@@ -1,7 +1,10 @@
 """Power cuts: the host runtime is SIGKILLed 50 times during a simulated week; history stays readable and ordered."""
 
+import os
+
 import pytest
 
+from services.history import store as hs
 from tests import history_powercut
 
 pytestmark = pytest.mark.slow
@@ -13,3 +16,18 @@ def test_fifty_power_cuts_in_a_simulated_week(tmp_path):
     assert stats["records"] > 4 * 24 * 2          # days of quarter hours made it to the flash across the cuts
     assert stats["lost_max"] <= history_powercut.BATCH_MAX
     assert stats["snapshots"] >= 5                 # cuts where what was served before is compared with the flash
+
+
+def test_power_cuts_on_a_drive_an_older_firmware_left(tmp_path):
+    # history.bin at the drive root, as firmware before the history/ folder kept it: moved at the first start,
+    # and not one of its records lost across the cuts.
+    old = str(tmp_path / "old.bin")
+    st = hs.HistoryStore(old)
+    st.open()
+    t0 = history_powercut.EPOCH0 - 900 * 400
+    st.write([(0, t0 + 900 * i, (t0 + 900 * i + 7200) // 86400, 300, 120, hs.F_POWER, 10_000 + 25 * i, 7, 25, 0)
+              for i in range(400)], [])
+    os.makedirs(tmp_path / "run")
+    stats = history_powercut.run(6, str(tmp_path / "run"), speed=3600.0, seed=3, up_s=(0.3, 2.5), old_file=old)
+    assert stats["kills"] == 6 and stats["moved"]
+    assert stats["records"] >= 400

@@ -9,6 +9,8 @@ import pytest
 from services.history import store as hs
 from services.history.store import HR, LR, HistoryStore
 
+PATH = "history/history.bin"    # where HistoryStore() keeps it
+
 
 class ListLog:
     """core.log.Log's log(level, msg, *args), kept in a list."""
@@ -42,8 +44,8 @@ def test_created_file_is_preallocated_with_a_valid_header(drive):
     log = ListLog()
     st = HistoryStore(log=log)
     assert st.open() == "created"
-    assert os.path.getsize("history.bin") == hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE
-    with open("history.bin", "rb") as f:
+    assert os.path.getsize(PATH) == hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE
+    with open(PATH, "rb") as f:
         assert hs.parse_header(f.read(hs.HEADER_SIZE)) == (hs.VERSION, hs.REC_SIZE, hs.HR_CAP, hs.LR_CAP)
     assert "missing" in log.text()
     assert list(st.records(HR)) == [] and list(st.records(LR)) == []
@@ -68,7 +70,7 @@ def test_write_positions_and_record_bytes(drive):
     st = HistoryStore(hr_cap=4, lr_cap=2)
     st.open()
     st.write([rec(1000, a=123456789012345, c=-7)], [])
-    with open("history.bin", "rb") as f:
+    with open(PATH, "rb") as f:
         f.seek(hs.HEADER_SIZE)
         raw = f.read(hs.REC_SIZE)
     v = struct.unpack(hs.REC_FMT, raw)
@@ -83,14 +85,14 @@ def test_truncated_file_keeps_the_records_before_the_cut_and_is_extended(drive, 
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
     fill(st, 6, 1)
-    with open("history.bin", "r+b") as f:
+    with open(PATH, "r+b") as f:
         f.truncate(cut)
     log = ListLog()
     again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
     status = again.open()
     assert status == "extended"
     assert "truncated" in log.text()
-    assert os.path.getsize("history.bin") == again.size
+    assert os.path.getsize(PATH) == again.size
     whole = max(0, (cut - hs.HEADER_SIZE) // hs.REC_SIZE) if cut >= hs.HEADER_SIZE else 0
     assert [r[0] for r in again.records(HR)] == list(range(1, whole + 1))
     # and it carries on recording after what it kept
@@ -104,8 +106,8 @@ def test_random_bytes_over_the_whole_file(drive):
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
     fill(st, 6, 1)
-    size = os.path.getsize("history.bin")
-    with open("history.bin", "wb") as f:
+    size = os.path.getsize(PATH)
+    with open(PATH, "wb") as f:
         f.write(random.Random(1).randbytes(size))
     log = ListLog()
     again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
@@ -122,7 +124,7 @@ def test_random_bytes_over_some_records_keep_the_others(drive):
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
     fill(st, 8, 2)
-    with open("history.bin", "r+b") as f:
+    with open(PATH, "r+b") as f:
         f.seek(hs.HEADER_SIZE + 2 * hs.REC_SIZE + 5)     # tears records 3 and 4
         f.write(random.Random(2).randbytes(hs.REC_SIZE))
     log = ListLog()
@@ -137,7 +139,7 @@ def test_newest_records_torn_mid_flush_resume_after_the_last_good_one(drive):
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
     fill(st, 5)
-    with open("history.bin", "r+b") as f:          # half of record 5 written, as a cut in a flush leaves it
+    with open(PATH, "r+b") as f:          # half of record 5 written, as a cut in a flush leaves it
         f.seek(hs.HEADER_SIZE + 4 * hs.REC_SIZE + hs.REC_SIZE // 2)
         f.write(b"\xff" * (hs.REC_SIZE // 2))
     again = HistoryStore(hr_cap=8, lr_cap=2)
@@ -155,14 +157,14 @@ def test_an_older_format_is_kept_aside_and_a_new_file_started(drive):
     old = bytearray(hs.HEADER_SIZE)
     struct.pack_into("<4sHHHH", old, 0, hs.MAGIC, 0, 40, 8, 2)   # a v0 file with 40-byte records
     struct.pack_into("<I", old, hs.HEADER_SIZE - 4, __import__("binascii").crc32(bytes(old[:-4])))
-    with open("history.bin", "r+b") as f:
+    with open(PATH, "r+b") as f:
         f.write(old)
-    before = open("history.bin", "rb").read()
+    before = open(PATH, "rb").read()
     log = ListLog()
     again = HistoryStore(hr_cap=8, lr_cap=2, log=log)
     assert again.open() == "replaced"
     assert "format v0" in log.text()
-    assert open("history.bin.v0", "rb").read() == before     # nothing of it is destroyed
+    assert open(PATH + ".v0", "rb").read() == before     # nothing of it is destroyed
     assert list(again.records(HR)) == []
     again.write([rec(1_800_000_000)], [])
     assert HistoryStore(hr_cap=8, lr_cap=2).open() == "ok"
@@ -171,11 +173,11 @@ def test_an_older_format_is_kept_aside_and_a_new_file_started(drive):
 def test_other_ring_sizes_in_the_header_are_treated_as_damage_not_trusted(drive):
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
-    with open("history.bin", "r+b") as f:
+    with open(PATH, "r+b") as f:
         f.write(hs.header_bytes(9, 2))
     again = HistoryStore(hr_cap=8, lr_cap=2)
     assert again.open() == "header"
-    with open("history.bin", "rb") as f:
+    with open(PATH, "rb") as f:
         assert hs.parse_header(f.read(hs.HEADER_SIZE))[2:] == (8, 2)
 
 
@@ -196,3 +198,84 @@ def test_serializer_json_shapes(drive):
     assert body["items"] == [{"date": hs.date_str(day), "timestamp": t, "import_total_kWh": 1.0,
                               "import_kWh": 6.5}]
     assert json.loads("".join(hs.low_res_json([lr], day + 1, 2)))["items"] == []
+
+
+# --- moving the file of an older firmware (at the drive root) into history/ ---
+
+def _legacy(n_hr=30, n_lr=3):
+    """A file where firmware before the history/ folder kept it, at the drive root; its records."""
+    old = HistoryStore("history.bin")
+    old.open()
+    fill(old, n_hr, n_lr)
+    return list(old.records(HR)), list(old.records(LR))
+
+
+def test_a_file_at_the_root_is_moved_into_its_folder_whole(drive):
+    hr, lr = _legacy()
+    log = ListLog()
+    st = HistoryStore(legacy="history.bin", log=log)
+    assert st.open() == "ok" and st.moved and st.path == PATH
+    assert list(st.records(HR)) == hr and list(st.records(LR)) == lr
+    assert sorted(os.listdir(".")) == ["history"] and os.listdir("history") == ["history.bin"]
+    assert "moved" in log.text()
+    again = HistoryStore(legacy="history.bin")
+    assert again.open() == "ok" and not again.moved and list(again.records(HR)) == hr
+
+
+def test_a_read_only_drive_serves_the_file_where_it_is_and_moves_it_later(drive, monkeypatch):
+    hr, _lr = _legacy()
+    real_mkdir = os.mkdir
+
+    def refuse(path, *a):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    log = ListLog()
+    st = HistoryStore(legacy="history.bin", log=log)
+    assert st.open() == "ok" and st.path == "history.bin" and not st.moved
+    assert list(st.records(HR)) == hr
+    assert "cannot move" in log.text()
+    monkeypatch.setattr(os, "mkdir", real_mkdir)
+    assert st.open() == "ok" and st.moved and st.path == PATH
+    assert list(st.records(HR)) == hr and not os.path.exists("history.bin")
+
+
+def test_without_an_old_file_a_read_only_drive_is_an_error(drive, monkeypatch):
+    def refuse(path, *a):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    with pytest.raises(OSError):
+        HistoryStore(legacy="history.bin").open()     # the service records to RAM and retries
+
+
+@pytest.mark.parametrize("cut_at", [0, 3000, hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE])
+def test_a_copy_cut_short_is_started_again(drive, cut_at):
+    hr, lr = _legacy()
+    os.mkdir("history")
+    with open("history.bin", "rb") as f:
+        data = f.read()
+    with open("history/history.tmp", "wb") as f:   # the power went during the copy (or before the rename)
+        f.write(data[:cut_at])
+    st = HistoryStore(legacy="history.bin")
+    assert st.open() == "ok" and st.moved
+    assert list(st.records(HR)) == hr and list(st.records(LR)) == lr
+    assert os.listdir("history") == ["history.bin"] and not os.path.exists("history.bin")
+
+
+def test_after_the_rename_the_old_file_is_removed(drive):
+    hr, lr = _legacy()
+    os.mkdir("history")
+    with open("history.bin", "rb") as src, open(PATH, "wb") as dst:   # the power went before the remove
+        dst.write(src.read())
+    st = HistoryStore(legacy="history.bin")
+    assert st.open() == "ok"
+    assert list(st.records(HR)) == hr and list(st.records(LR)) == lr and not os.path.exists("history.bin")
+
+
+def test_a_copy_whose_original_was_deleted_by_hand_is_kept(drive):
+    hr, lr = _legacy()
+    os.mkdir("history")
+    os.rename("history.bin", "history/history.tmp")
+    st = HistoryStore(legacy="history.bin")
+    assert st.open() == "ok" and list(st.records(HR)) == hr and list(st.records(LR)) == lr

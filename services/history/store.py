@@ -6,6 +6,7 @@ from binascii import crc32
 
 from micropython import const
 
+from core.files import exists, remove_quiet
 from core.tz import civil_from_days
 
 # File layout (little-endian), see docs/history.md:
@@ -162,12 +163,16 @@ class Ring:
 
 
 class HistoryStore:
-    """The history file at path (relative to the drive root); log: core.log.Log or None.
+    """The history file at path (relative to the drive root; its folder is made when missing); log: core.log.Log
+    or None; legacy: where an older firmware kept the file (moved to path by open(), see move_legacy()).
 
     opener(path, mode) opens the file for the readers (the bench swaps it inside the VM)."""
 
-    def __init__(self, path="history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None):
+    def __init__(self, path="history/history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None, legacy=None):
         self.path = path
+        self.home = path
+        self.legacy = legacy
+        self.moved = False
         # An instance attribute, not a class one: a Python function there (a hooked open) would bind to self.
         self.opener = open
         self.hr = Ring(HR, HEADER_SIZE, hr_cap)
@@ -188,6 +193,15 @@ class HistoryStore:
         Returns the status: "ok", "created", "extended" (was truncated), "header" (header rewritten) or
         "replaced" (another format, kept aside as <path>.v<N>).
         """
+        self.path = self.home
+        try:
+            self.move_legacy()
+        except OSError as exc:
+            if self.legacy is None or not exists(self.legacy):
+                raise
+            # Drive read-only (USB owns it) or full: serve the old file where it is; the next open() moves it.
+            self.path = self.legacy
+            self._note("error", "history: cannot move %s to %s, using it where it is: %s", self.legacy, self.home, exc)
         try:
             f = open(self.path, "rb")
         except OSError:
@@ -237,6 +251,49 @@ class HistoryStore:
                        self.hr.bad, self.lr.bad)
         self.status = status
         return status
+
+    def move_legacy(self):
+        """Make the file's folder; move a file an older firmware kept at self.legacy to self.path, keeping it whole.
+
+        Why a folder: a file's directory entry is rewritten at every flush, and FAT root-directory entries share
+        the root's sectors with settings.json, the log and the firmware's own files; a folder's entries live in
+        the folder's own cluster. Why a copy and not a rename: FatFs renames across folders in two sector writes
+        (new entry, then old entry removed); a power cut between them leaves two entries sharing one cluster
+        chain, and removing either then frees the clusters the other still uses. The copy has its own clusters,
+        so every state a cut can leave is recovered below without losing a record:
+          legacy only, maybe a partial <tmp>  -> the copy starts again
+          <tmp> complete, legacy and no path  -> same (a cut before the rename)
+          path and legacy                     -> the rename happened: legacy removed
+          <tmp> only (legacy removed by hand) -> <tmp> becomes path (open() extends it if it is short)
+        <tmp> and path are in the same folder with 8.3 names, so the rename rewrites one directory sector.
+        """
+        slash = self.path.rfind("/")
+        if slash > 0 and not exists(self.path[:slash]):
+            os.mkdir(self.path[:slash])
+        legacy = self.legacy
+        if legacy is None or legacy == self.path:
+            return
+        dot = self.path.rfind(".")
+        tmp = (self.path[:dot] if dot > slash else self.path) + ".tmp"
+        if exists(self.path):
+            if exists(legacy):
+                os.remove(legacy)
+            return
+        if exists(legacy):
+            remove_quiet(tmp)
+            buf = bytearray(_FILL * 2)
+            with open(legacy, "rb") as src, open(tmp, "wb") as dst:
+                while True:
+                    n = src.readinto(buf)
+                    if not n:
+                        break
+                    dst.write(buf if n == len(buf) else memoryview(buf)[:n])
+        elif not exists(tmp):
+            return
+        os.rename(tmp, self.path)
+        remove_quiet(legacy)
+        self.moved = True
+        self._note("warning", "history: %s moved to %s", legacy, self.path)
 
     def scan(self):
         """Find both rings' heads and newest records."""

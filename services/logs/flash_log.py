@@ -3,6 +3,7 @@
 import os
 
 from core.elapsed import fresh
+from core.files import exists, remove_quiet
 from core.module import Module
 
 HEADER = "time,uptime_s,level,message\n"
@@ -29,11 +30,14 @@ class FlashLog(Module):
 
     NOR flash without wear levelling: each append rewrites the file's last sector plus FAT and directory sectors,
     so lines wait in RAM until batch_bytes gather or flush_ms passes (or flush() on reboot, button, reset).
+    The files live in a folder of their own: the entry rewritten at every flush is in the folder's cluster, not in
+    the root directory's sectors beside code.py and boot.py (docs/history.md, "Flash budget").
     """
 
     name = "flash_log"
-    path = "log.csv"
-    old_path = "log.1.csv"
+    path = "logs/log.csv"
+    old_path = "logs/log.1.csv"
+    legacy = ("log.1.csv", "log.csv")  # firmware before 2026-11 kept them at the drive root; oldest first
     max_bytes = 32768       # per file: the log never takes more than twice this on the drive
     batch_bytes = 2048
     flush_ms = 3600000
@@ -46,6 +50,7 @@ class FlashLog(Module):
         self._lines = []
         self._buffered = 0
         self._waiting_since = None   # ticks of the poll that first saw unwritten lines
+        self._folder = False
 
     def sink(self, entry):
         """Take one log entry (uptime ms, level, text) into the batch."""
@@ -82,18 +87,22 @@ class FlashLog(Module):
         if not self._lines:
             return
         data = "".join(self._lines)
+        slash = self.path.rfind("/")
+        if not self._folder and slash > 0:
+            if not exists(self.path[:slash]):
+                os.mkdir(self.path[:slash])
+            self._folder = True
         try:
             size = os.stat(self.path)[6]
         except OSError:
             size = 0
         if size and size + len(data) > self.max_bytes:
-            try:
-                os.remove(self.old_path)
-            except OSError:
-                pass
+            remove_quiet(self.old_path)
             os.rename(self.path, self.old_path)
             self.count("rotations")
             size = 0
+            for old in self.legacy:
+                remove_quiet(old)  # older than what a rotation keeps anyway
         with open(self.path, "a") as f:
             if not size:
                 f.write(HEADER)
@@ -109,9 +118,9 @@ class FlashLog(Module):
             pass
 
     def chunks(self, size=512):
-        """The log as CSV pieces: header, older file, current file, then lines not yet written."""
+        """The log as CSV pieces: header, an older firmware's files, older file, current file, lines not yet written."""
         yield HEADER
-        for path in (self.old_path, self.path):
+        for path in self.legacy + (self.old_path, self.path):
             try:
                 f = open(path)
             except OSError:

@@ -1,0 +1,44 @@
+"""Power cuts while an older firmware's history.bin (drive root) is moved into history/: one SIGKILL before each
+change the move makes to the drive; after every cut the drive holds a readable file with every record, and the
+next start finishes the move."""
+
+import os
+import shutil
+
+from services.history import store as hs
+from tests import history_powercut as hp
+
+
+def _old_drive(path):
+    os.makedirs(path)
+    st = hs.HistoryStore(os.path.join(path, hp.LEGACY))
+    st.open()
+    t0 = 1_782_000_000
+    st.write([(0, t0 + 900 * i, 20625 + i // 96, 300, 120, hs.F_POWER, 10_000 + 25 * i, 7, 25, 0)
+              for i in range(700)],
+             [(0, t0 + 86400 * i, 20625 + i, 0, 120, 0, 10_000 + 2400 * i, 7, 2400, 0) for i in range(7)])
+    return list(st.records(hs.HR)), list(st.records(hs.LR))
+
+
+def test_a_power_cut_before_any_step_of_the_move_loses_no_record(tmp_path, monkeypatch):
+    seed = str(tmp_path / "seed")
+    hr0, lr0 = _old_drive(seed)
+    whole = str(tmp_path / "whole")
+    shutil.copytree(seed, whole)
+    steps = hp.migration_steps(whole, 10 ** 9)
+    assert steps > 100                          # mkdir, the copy's open, ~100 writes, close, rename, remove
+    assert os.listdir(whole) == ["history"] and os.listdir(os.path.join(whole, "history")) == ["history.bin"]
+    for cut in range(steps):
+        drive = str(tmp_path / ("cut%d" % cut))
+        shutil.copytree(seed, drive)
+        assert hp.migration_steps(drive, cut) is None
+        # Right after the cut: the file the next start uses (history/ if it is there, else the root's) is whole.
+        header, hr, lr = hp.read_file(drive)
+        assert header is not None and (hr, lr) == (hr0, lr0), "cut before step %d" % cut
+        # The next start finishes the move and serves every record.
+        monkeypatch.chdir(drive)
+        st = hs.HistoryStore(legacy=hp.LEGACY)
+        assert st.open() == "ok"
+        assert (list(st.records(hs.HR)), list(st.records(hs.LR))) == (hr0, lr0), "cut before step %d" % cut
+        assert sorted(os.listdir(".")) == ["history"] and os.listdir("history") == ["history.bin"]
+        shutil.rmtree(drive)
