@@ -81,6 +81,27 @@ def build():
     sup.add(Button(button_io, bus))
 
     pool = socketpool.SocketPool(wifi.radio)
+    # Socket budget: the ESP32-S3 build has 8 sockets in the whole system. HTTP listen + 2 clients (3), Modbus listen
+    # + 2 clients (3, only when modbus.enable), MQTT (1), NTP (1, only during a query), captive DNS (1, only while the
+    # AP is up and the station is not joined). mDNS and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
+    # --- network: WiFi profiles, access point, scans ---
+    import ipaddress
+
+    from drivers.radio import WifiManager
+
+    app.wifi = sup.add(WifiManager(wifi.radio, wifi.AuthMode, settings, app.reset_reason, app.device_id,
+                                   ip_address=ipaddress.ip_address, log=log))
+    app.wifi_scanner = app.wifi.scanner
+    try:
+        import mdns
+
+        from services.network.mdns_service import MdnsAdvertiser
+
+        app.mdns = sup.add(MdnsAdvertiser(lambda: mdns.Server(wifi.radio), app.device_id,
+                                          int(env("METERPLUS_HTTP_PORT", 80))))
+    except ImportError:  # a build without mdns: the device is still reachable by its address
+        log.warning("mdns unavailable")
+    # --- end network ---
     routes = []       # route modules: each has routes(app) -> [Route]
     flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
 
@@ -146,7 +167,6 @@ def build():
     log.sinks.append(flash_log.sink)
     flushables.append(flash_log)
     app.flash_log = flash_log
-    app.wifi_scanner = sup.add(system_routes.WifiScanner(wifi.radio))
     routes.extend((system_routes, routes_settings, routes_auth, ota_routes, cloud_routes, log_routes))
     # --- end api ---
 

@@ -18,6 +18,9 @@ class App:
         self.mqtt = None
         self.modbus = None
         self.radio = None       # wifi.radio
+        self.wifi = None        # drivers.radio.WifiManager: profiles, access point, scans
+        self.wifi_scanner = None
+        self.mdns = None        # services.network.mdns_service.MdnsAdvertiser
         self.device_id = ""     # last 12 hex digits of the MAC
         self.mem_free = None    # callable: free heap bytes (gc.mem_free)
         self.boot_ticks = 0

@@ -45,6 +45,11 @@ def parse_args(argv):
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated clock speed factor (default 1)")
     p.add_argument("--ntp", default="local", help="local (computer clock), HOST[:PORT], or fail")
     p.add_argument("--led", action="store_true", help="draw the status LED in the terminal")
+    p.add_argument("--mdns-port", type=_port, default=0,
+                   help="answer DNS queries for the device's mDNS records on --bind:PORT (default off)")
+    p.add_argument("--dns-port", type=_port, default=5300,
+                   help="captive-portal DNS port while the access point is up (the device uses 53; default 5300)")
+    p.add_argument("--no-ble", action="store_true", help="a board without BLE (4 MB S3): no Improv provisioning")
     return p.parse_args(argv)
 
 
@@ -96,6 +101,11 @@ def main(argv=None):
     _hostenv.state_dir = state
     _hostenv.set_speed(args.speed)
     neopixel.show_in_terminal = args.led
+    _hostenv.ble = not args.no_ble
+    if args.mdns_port:
+        import mdns  # noqa: E402
+
+        mdns.serve(args.mdns_port, args.bind)
 
     from host import meter_source  # noqa: E402
 
@@ -109,6 +119,7 @@ def main(argv=None):
         "METERPLUS_HTTP_PORT": str(args.http_port),
         "METERPLUS_MODBUS_PORT": str(args.modbus_port),
         "METERPLUS_BIND": args.bind,
+        "METERPLUS_DNS_PORT": str(args.dns_port),
     }
     overrides.update(_start_ntp(args.ntp, args.speed))
 
