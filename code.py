@@ -101,6 +101,10 @@ def build():
                                           int(env("METERPLUS_HTTP_PORT", 80))))
     except ImportError:  # a build without mdns: the device is still reachable by its address
         log.warning("mdns unavailable")
+    from services.network.captive_dns import CaptiveDns
+
+    app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
+                                         port=int(env("METERPLUS_DNS_PORT", 53))))
     # --- end network ---
     routes = []       # route modules: each has routes(app) -> [Route]
     flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
