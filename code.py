@@ -105,6 +105,33 @@ def build():
 
     app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
                                          port=int(env("METERPLUS_DNS_PORT", 53))))
+    # BLE provisioning (Improv Wi-Fi); boards without BLE (4 MB S3 on CircuitPython 10) run everything else.
+    try:
+        import _bleio
+
+        ble_adapter = _bleio.adapter
+    except ImportError:
+        ble_adapter = None
+    if ble_adapter is not None:
+        from core.version import VERSION as FIRMWARE_VERSION
+        from drivers.ble_provision import BleImprovTransport
+        from drivers.radio import ap_ssid
+        from services.network.provisioning import CAPABILITIES, ImprovProvisioning
+
+        improv_port = int(env("METERPLUS_HTTP_PORT", 80))
+
+        def improv_url():
+            """Where the phone continues after provisioning: the web interface on the joined network."""
+            ip = app.wifi.ip()
+            if not ip:
+                return ""
+            return "http://%s/" % ip if improv_port == 80 else "http://%s:%d/" % (ip, improv_port)
+
+        transport = BleImprovTransport(ble_adapter, ap_ssid(settings, app.device_id), CAPABILITIES)
+        app.improv = sup.add(ImprovProvisioning(transport, app.wifi, settings, bus, led,
+                                                ("Meter Plus", FIRMWARE_VERSION, "ESP32-S3"), improv_url, log=log))
+    else:
+        log.info("no BLE on this board: setup over the access point only")
     # --- end network ---
     routes = []       # route modules: each has routes(app) -> [Route]
     flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)

@@ -78,6 +78,15 @@ def _load_settings_toml(path, overrides):
     os.environ.update(overrides)
 
 
+def _reset_radios():
+    """A chip reset drops the WiFi station and AP and the BLE GATT table: fresh radio stand-ins."""
+    if "wifi" in sys.modules:
+        sys.modules["wifi"].radio = sys.modules["wifi"].Radio()
+    ble = sys.modules.get("_bleio")
+    if ble is not None and ble.adapter is not None:
+        ble.adapter.host_reset()
+
+
 def _purge_firmware_modules():
     """Forget imported firmware modules so a reset starts from fresh module state, as on the chip."""
     for name in list(sys.modules):
@@ -148,6 +157,7 @@ def main(argv=None):
             _hostenv.reset_count += 1
             print("host: %s: restarting the firmware" % reset.kind, flush=True)
             _purge_firmware_modules()
+            _reset_radios()
         except KeyboardInterrupt:
             print("host: stopped", flush=True)
             return 0
