@@ -50,6 +50,8 @@ def parse_args(argv):
     p.add_argument("--dns-port", type=_port, default=5300,
                    help="captive-portal DNS port while the access point is up (the device uses 53; default 5300)")
     p.add_argument("--no-ble", action="store_true", help="a board without BLE (4 MB S3): no Improv provisioning")
+    p.add_argument("--ble-port", type=_port, default=0,
+                   help="a phone for the BLE stand-in: JSON lines on --bind:PORT (host/ble_bridge.py; default off)")
     return p.parse_args(argv)
 
 
@@ -115,6 +117,10 @@ def main(argv=None):
         import mdns  # noqa: E402
 
         mdns.serve(args.mdns_port, args.bind)
+    if args.ble_port and not args.no_ble:
+        from host import ble_bridge  # noqa: E402
+
+        ble_bridge.serve(args.bind, args.ble_port)
 
     from host import meter_source  # noqa: E402
 
@@ -174,6 +180,8 @@ NETWORK_DEADLINES = (
                                       "backoff_first_ms", "backoff_max_ms", "stable_ms")),
     ("services.modbus.server", "ModbusServer", ("idle_ms",)),
     ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
+    # A phone writing Improv frames: a split frame must be complete within partial_ms of real time.
+    ("services.network.provisioning", "ImprovProvisioning", ("partial_ms",)),
 )
 
 

@@ -69,6 +69,8 @@ class ImprovProvisioning(Module):
         while ev is not None:
             if ev == ("button", "short"):
                 self._on_short_press(now_ms)
+            elif ev == ("ble", "open_window"):   # Lifecycle's word for the same press, or another opener
+                self.open_window(now_ms)
             ev = self._events.pop()
         connected = self._t.connected
         if connected != self._was_connected:
