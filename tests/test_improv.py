@@ -245,9 +245,11 @@ def test_unknown_command_is_reported():
     assert phone.error() == P.Error.UNKNOWN_RPC_COMMAND
 
 
-def test_bad_password_ends_in_error_3_and_the_old_settings_stay():
+def test_bad_password_ends_in_error_3_and_the_old_settings_stay(air):
+    air.append({"ssid": "Old Net", "password": "old-password", "rssi": -60, "channel": 3})
     old = {"wifi": {"primary": {"ssid": "Old Net", "password": "old-password"}}}
     dev = Device(old, reason="POWER_ON")
+    assert dev.wifi.ssid() == "Old Net"
     dev.improv.open_window(dev.clock())
     dev.step()
     phone = Phone(dev)
@@ -258,6 +260,8 @@ def test_bad_password_ends_in_error_3_and_the_old_settings_stay():
     assert dev.settings.get("wifi.primary.ssid") == "Old Net"
     assert dev.settings.get("wifi.primary.password") == "old-password"
     assert dev.changes.pop() is None
+    dev.step(dev.wifi.reconnect_grace_ms + 1)      # and the device goes back to the network it had
+    assert dev.radio.connected and dev.wifi.ssid() == "Old Net"
 
 
 def test_invalid_credentials_are_refused_by_the_settings_rules():

@@ -273,3 +273,16 @@ def test_no_connect_while_scanning(air):
     assert rig.wm.scanner.scanning and rig.calls() == []
     rig.step(n=5)
     assert rig.calls() == ["Home"]
+
+
+def test_a_scan_refused_by_the_radio_is_counted_and_a_later_request_retries():
+    rig = Rig(settings(), "POWER_ON")
+    busy = rig.radio.start_scanning_networks()   # someone else scans: the radio refuses a second scan
+    rig.wm.scanner.request()
+    rig.step()
+    assert rig.wm.scanner.errors == 1 and not rig.wm.scanner.scanning and not rig.wm.scanner.scanned
+    del busy
+    rig.radio.stop_scanning_networks()
+    rig.wm.scanner.request()
+    rig.step(n=5)
+    assert rig.wm.scanner.scanned and rig.wm.scanner.networks[0]["ssid"] == "Home"

@@ -3,14 +3,10 @@
 from adafruit_ticks import ticks_diff
 
 from core.module import Module
+from drivers.radio import expired as _expired
 from services.network import improv
 
 CAPABILITIES = improv.CAP_IDENTIFY | improv.CAP_DEVICE_INFO | improv.CAP_SCAN_WIFI
-
-
-def _expired(now_ms, since_ms, duration_ms):
-    d = ticks_diff(now_ms, since_ms)
-    return d < 0 or d >= duration_ms   # older than ticks_diff can tell counts as expired
 
 
 class ImprovProvisioning(Module):
