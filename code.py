@@ -81,6 +81,9 @@ def build():
     sup.add(Button(button_io, bus))
 
     pool = socketpool.SocketPool(wifi.radio)
+    routes = []       # route modules: each has routes(app) -> [Route]
+    flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
+
     # Socket budget: the ESP32-S3 build has 8 sockets in the whole system. HTTP listen + 2 clients (3), Modbus listen
     # + 2 clients (3, only when modbus.enable), MQTT (1), NTP (1, only during a query), captive DNS (1, only while the
     # AP is up and the station is not joined). mDNS and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
@@ -105,6 +108,9 @@ def build():
 
     app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
                                          port=int(env("METERPLUS_DNS_PORT", 53))))
+    from services.network import routes as network_routes
+
+    routes.append(network_routes)
     # BLE provisioning (Improv Wi-Fi); boards without BLE (4 MB S3 on CircuitPython 10) run everything else.
     try:
         import _bleio
@@ -133,8 +139,6 @@ def build():
     else:
         log.info("no BLE on this board: setup over the access point only")
     # --- end network ---
-    routes = []       # route modules: each has routes(app) -> [Route]
-    flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
 
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
     from drivers.ir_head import IrHead

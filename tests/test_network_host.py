@@ -7,6 +7,7 @@ import os
 import socket
 import time
 
+import dns.exception
 import dns.message
 import dns.query
 import pytest
@@ -77,12 +78,18 @@ def press(h):
 
 
 def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_found_by_mdns(tmp_path):
-    ble, mdns_port = free_port(), free_port()
-    h = HostProcess(tmp_path / "drive", args=["--ble-port", str(ble), "--mdns-port", str(mdns_port)]).start()
+    ble, mdns_port, dns_port = free_port(), free_port(), free_port()
+    h = HostProcess(tmp_path / "drive", args=["--ble-port", str(ble), "--mdns-port", str(mdns_port),
+                                              "--dns-port", str(dns_port)]).start()
     try:
         first = info(h)
         assert first["wifi"]["connected"] is False and first["ap"]["active"] is True and \
             first["ap"]["mode"] == "always"
+        # First setup on the AP: every name is the device, and the phone's probe lands on the setup page.
+        got = wait(lambda: _captive_answer(dns_port))
+        assert got == ["192.168.4.1"]
+        probe = requests.get(h.url + "/generate_204", allow_redirects=False, timeout=5)
+        assert probe.status_code == 302 and probe.headers["Location"] == "http://192.168.4.1/"
         phone = BridgePhone(ble)
         adv = wait(lambda: phone.call(op="adv")["adv"])
         ads = improv_peer.ad_structures(bytes.fromhex(adv))
@@ -98,6 +105,9 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         phone.close()
         now = info(h)
         assert now["wifi"]["connected"] is True and now["wifi"]["ssid"] == "HostNetwork"
+        # Joined: no more captive answers, the probe path is an ordinary unknown path.
+        assert requests.get(h.url + "/generate_204", allow_redirects=False, timeout=5).status_code == 404
+        assert not _captive_answer(dns_port)
         assert now["ap"]["mode"] == "timed"        # configured now: the cold-start row, 15 minutes
         stored = json.load(open(os.path.join(h.state, "settings.json")))
         assert stored["wifi"]["primary"]["ssid"] == "HostNetwork"
@@ -118,6 +128,16 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         wait(lambda: info(h)["wifi"]["connected"] is True)
     finally:
         h.stop()
+
+
+def _captive_answer(port):
+    """The A answer of the captive DNS for a probe name, or None when nothing answers."""
+    try:
+        r = dns.query.udp(dns.message.make_query("connectivitycheck.gstatic.com.", "A"), "127.0.0.1", port=port,
+                          timeout=0.5)
+    except (dns.exception.Timeout, OSError):
+        return None
+    return [rd.address for rd in r.answer[0]] if r.answer else None
 
 
 def _up_again(h):
