@@ -274,6 +274,8 @@ class WifiManager(Module):
         connected = r.connected
         if connected:
             if not self.was_connected:
+                if self.active is None:   # joined before us (CircuitPython's own boot connect): adopt its profile
+                    self.active = self._profile_of(self.ssid())
                 self._on_connected(now_ms)
             self.state = OK
             return
@@ -305,6 +307,12 @@ class WifiManager(Module):
             return
         self._backoff = self.backoff_first_ms if not self._backoff else min(self._backoff * 2, self.backoff_max_ms)
         self._next_try = (now_ms, self._backoff)
+
+    def _profile_of(self, ssid):
+        for name, p in self.profiles():
+            if p["ssid"] == ssid:
+                return name
+        return None
 
     def _pick(self, profiles):
         """After a join, only the joined profile; at boot primary first, the secondary when it is unreachable."""

@@ -286,3 +286,14 @@ def test_a_scan_refused_by_the_radio_is_counted_and_a_later_request_retries():
     rig.wm.scanner.request()
     rig.step(n=5)
     assert rig.wm.scanner.scanned and rig.wm.scanner.networks[0]["ssid"] == "Home"
+
+
+def test_a_station_joined_before_start_is_adopted_without_a_connect():
+    s = settings(wifi={"primary": {"ssid": "Home", "password": "home-password"},
+                       "secondary": {"ssid": "Office", "password": "office-password", "enable": True}})
+    radio = wifi.Radio()
+    radio.connect("Office", "office-password")   # CircuitPython joined at boot (settings.toml's CIRCUITPY_WIFI_SSID)
+    wm = WifiManager(radio, wifi.AuthMode, s, "SOFTWARE", DEV, ip_address=ipaddress.ip_address)
+    wm.start()
+    wm.poll(0)
+    assert wm.active == "secondary" and len(radio.connect_calls) == 1 and wm.describe()["profile"] == "secondary"
