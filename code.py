@@ -119,8 +119,13 @@ def build():
     except ImportError:
         ble_adapter = None
     if ble_adapter is not None:
+        try:
+            from drivers.ble_provision import BleImprovTransport
+        except ImportError as exc:  # adafruit_ble not copied onto the drive: everything else still runs
+            log.warning("BLE provisioning off: %s", exc)
+            ble_adapter = None
+    if ble_adapter is not None:
         from core.version import VERSION as FIRMWARE_VERSION
-        from drivers.ble_provision import BleImprovTransport
         from drivers.radio import ap_ssid
         from services.network.provisioning import CAPABILITIES, ImprovProvisioning
 
@@ -137,7 +142,7 @@ def build():
         app.improv = sup.add(ImprovProvisioning(transport, app.wifi, settings, bus, led,
                                                 ("Meter Plus", FIRMWARE_VERSION, "ESP32-S3"), improv_url, log=log))
     else:
-        log.info("no BLE on this board: setup over the access point only")
+        log.info("no BLE provisioning on this board: setup over the access point only")
     # --- end network ---
 
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
