@@ -2,6 +2,7 @@
 stand-in, the access point rows across restarts, mDNS lookup, the wifi fields aio-wattwaechter reads."""
 
 import asyncio
+import http.client
 import json
 import os
 import socket
@@ -96,8 +97,15 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         sd = P.ImprovServiceData.from_bytes([d for d in ads[0x16] if d[:2] == b"\x77\x46"][0][2:])
         assert sd.state == P.State.AUTHORIZATION_REQUIRED
         phone.call(op="connect", mtu=185)
-        press(h)
-        wait(lambda: P.State.AUTHORIZED in phone.states())
+        authorized = False
+        for _ in range(5):   # a loaded machine can stretch a cycle past the press: press again, as a person would
+            press(h)
+            try:
+                authorized = wait(lambda: P.State.AUTHORIZED in phone.states(), timeout=3)
+                break
+            except AssertionError:
+                continue
+        assert authorized
         phone.send(P.WiFiSettingsCmd(b"HostNetwork", b"host-password").as_bytes())
         wait(lambda: P.State.PROVISIONED in phone.states())
         res = wait(lambda: [r for r in phone.results() if isinstance(r, P.WiFiSettingsRes)])
@@ -144,7 +152,7 @@ def _up_again(h):
     try:
         return h.get("/api/v1/system/info", timeout=1)[0] == 200 and \
             info(h)["uptime"]["reset_reason"] == "SOFTWARE"
-    except OSError:
+    except (OSError, http.client.HTTPException, ValueError, KeyError):   # mid-restart: a cut or odd answer
         return False
 
 
