@@ -84,6 +84,67 @@ def build():
     routes = []       # route modules: each has routes(app) -> [Route]
     flushables = []   # services that buffer writes to the flash (flush() on reboot, button, reset)
 
+    # Socket budget: the ESP32-S3 build has 8 sockets in the whole system. HTTP listen + 2 clients (3), Modbus listen
+    # + 2 clients (3, only when modbus.enable), MQTT (1), NTP (1, only during a query), captive DNS (1, only while the
+    # AP is up and the station is not joined). mDNS and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
+    # --- network: WiFi profiles, access point, scans ---
+    import ipaddress
+
+    from drivers.radio import WifiManager
+
+    app.wifi = sup.add(WifiManager(wifi.radio, wifi.AuthMode, settings, app.reset_reason, app.device_id,
+                                   ip_address=ipaddress.ip_address, log=log))
+    app.wifi_scanner = app.wifi.scanner
+    try:
+        import mdns
+
+        from services.network.mdns_service import MdnsAdvertiser
+
+        app.mdns = sup.add(MdnsAdvertiser(lambda: mdns.Server(wifi.radio), app.device_id,
+                                          int(env("METERPLUS_HTTP_PORT", 80))))
+    except ImportError:  # a build without mdns: the device is still reachable by its address
+        log.warning("mdns unavailable")
+    from services.network.captive_dns import CaptiveDns
+
+    app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
+                                         port=int(env("METERPLUS_DNS_PORT", 53))))
+    from services.network import routes as network_routes
+
+    routes.append(network_routes)
+    # BLE provisioning (Improv Wi-Fi); boards without BLE (4 MB S3 on CircuitPython 10) run everything else.
+    try:
+        import _bleio
+
+        ble_adapter = _bleio.adapter
+    except ImportError:
+        ble_adapter = None
+    if ble_adapter is not None:
+        try:
+            from drivers.ble_provision import BleImprovTransport
+        except ImportError as exc:  # adafruit_ble not copied onto the drive: everything else still runs
+            log.warning("BLE provisioning off: %s", exc)
+            ble_adapter = None
+    if ble_adapter is not None:
+        from core.version import VERSION as FIRMWARE_VERSION
+        from drivers.radio import ap_ssid
+        from services.network.provisioning import CAPABILITIES, ImprovProvisioning
+
+        improv_port = int(env("METERPLUS_HTTP_PORT", 80))
+
+        def improv_url():
+            """Where the phone continues after provisioning: the web interface on the joined network."""
+            ip = app.wifi.ip()
+            if not ip:
+                return ""
+            return "http://%s/" % ip if improv_port == 80 else "http://%s:%d/" % (ip, improv_port)
+
+        transport = BleImprovTransport(ble_adapter, ap_ssid(settings, app.device_id), CAPABILITIES)
+        app.improv = sup.add(ImprovProvisioning(transport, app.wifi, settings, bus, led,
+                                                ("Meter Plus", FIRMWARE_VERSION, "ESP32-S3"), improv_url, log=log))
+    else:
+        log.info("no BLE provisioning on this board: setup over the access point only")
+    # --- end network ---
+
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
     from drivers.ir_head import IrHead
     from services.metering.pipeline import MeterPipeline
@@ -149,7 +210,6 @@ def build():
     log.sinks.append(flash_log.sink)
     flushables.append(flash_log)
     app.flash_log = flash_log
-    app.wifi_scanner = sup.add(system_routes.WifiScanner(wifi.radio))
     routes.extend((system_routes, routes_settings, routes_auth, ota_routes, cloud_routes, log_routes))
     # --- end api ---
 

@@ -18,6 +18,11 @@ class App:
         self.mqtt = None
         self.modbus = None
         self.radio = None       # wifi.radio
+        self.wifi = None        # drivers.radio.WifiManager: profiles, access point, scans
+        self.wifi_scanner = None
+        self.mdns = None        # services.network.mdns_service.MdnsAdvertiser
+        self.captive_dns = None  # services.network.captive_dns.CaptiveDns
+        self.improv = None      # services.network.provisioning.ImprovProvisioning (None without BLE)
         self.device_id = ""     # last 12 hex digits of the MAC
         self.mem_free = None    # callable: free heap bytes (gc.mem_free)
         self.boot_ticks = 0

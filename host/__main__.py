@@ -45,6 +45,13 @@ def parse_args(argv):
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated clock speed factor (default 1)")
     p.add_argument("--ntp", default="local", help="local (computer clock), HOST[:PORT], or fail")
     p.add_argument("--led", action="store_true", help="draw the status LED in the terminal")
+    p.add_argument("--mdns-port", type=_port, default=0,
+                   help="answer DNS queries for the device's mDNS records on --bind:PORT (default off)")
+    p.add_argument("--dns-port", type=_port, default=5300,
+                   help="captive-portal DNS port while the access point is up (the device uses 53; default 5300)")
+    p.add_argument("--no-ble", action="store_true", help="a board without BLE (4 MB S3): no Improv provisioning")
+    p.add_argument("--ble-port", type=_port, default=0,
+                   help="a phone for the BLE stand-in: JSON lines on --bind:PORT (host/ble_bridge.py; default off)")
     return p.parse_args(argv)
 
 
@@ -73,6 +80,15 @@ def _load_settings_toml(path, overrides):
     os.environ.update(overrides)
 
 
+def _reset_radios():
+    """A chip reset drops the WiFi station and AP and the BLE GATT table: fresh radio stand-ins."""
+    if "wifi" in sys.modules:
+        sys.modules["wifi"].radio = sys.modules["wifi"].Radio()
+    ble = sys.modules.get("_bleio")
+    if ble is not None and ble.adapter is not None:
+        ble.adapter.host_reset()
+
+
 def _purge_firmware_modules():
     """Forget imported firmware modules so a reset starts from fresh module state, as on the chip."""
     for name in list(sys.modules):
@@ -96,6 +112,15 @@ def main(argv=None):
     _hostenv.state_dir = state
     _hostenv.set_speed(args.speed)
     neopixel.show_in_terminal = args.led
+    _hostenv.ble = not args.no_ble
+    if args.mdns_port:
+        import mdns  # noqa: E402
+
+        mdns.serve(args.mdns_port, args.bind)
+    if args.ble_port and not args.no_ble:
+        from host import ble_bridge  # noqa: E402
+
+        ble_bridge.serve(args.bind, args.ble_port)
 
     from host import meter_source  # noqa: E402
 
@@ -109,6 +134,7 @@ def main(argv=None):
         "METERPLUS_HTTP_PORT": str(args.http_port),
         "METERPLUS_MODBUS_PORT": str(args.modbus_port),
         "METERPLUS_BIND": args.bind,
+        "METERPLUS_DNS_PORT": str(args.dns_port),
     }
     overrides.update(_start_ntp(args.ntp, args.speed))
 
@@ -137,6 +163,7 @@ def main(argv=None):
             _hostenv.reset_count += 1
             print("host: %s: restarting the firmware" % reset.kind, flush=True)
             _purge_firmware_modules()
+            _reset_radios()
         except KeyboardInterrupt:
             print("host: stopped", flush=True)
             return 0
@@ -153,6 +180,8 @@ NETWORK_DEADLINES = (
                                       "backoff_first_ms", "backoff_max_ms", "stable_ms")),
     ("services.modbus.server", "ModbusServer", ("idle_ms",)),
     ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
+    # A phone writing Improv frames: a split frame must be complete within partial_ms of real time.
+    ("services.network.provisioning", "ImprovProvisioning", ("partial_ms",)),
 )
 
 

@@ -88,7 +88,11 @@ def test_info_sections(host):
     assert esp["esp_id"] == "024d50000001"  # last 12 hex digits of the stand-in MAC
     assert esp["os_version"] == get(host, "/api/v1/system/alive").json()["version"]
     wifi = {e["name"]: e["value"] for e in info["wifi"]}
-    assert wifi["ssid"] == "HostNetwork" and wifi["rssi"] == -48 and wifi["ip"] == "127.0.0.1"
+    # A fresh drive is the factory state: no WiFi configured, the access point is on (tests/test_network_host.py
+    # covers a joined station).
+    assert wifi["connected"] is False and wifi["ip_address"] == "" and wifi["mac_address"] == "02:4D:50:00:00:01"
+    ap = {e["name"]: e["value"] for e in info["ap"]}
+    assert ap["active"] is True and ap["ip"] == "192.168.4.1" and ap["ssid"] == "Meter-Plus-000001"
     heap = {e["name"]: e["value"] for e in info["heap"]}
     assert heap["free"] == 2_000_000 and "largest_block" in heap
     up = {e["name"]: e["value"] for e in info["uptime"]}
@@ -117,7 +121,8 @@ def test_wifi_scan(host):
         return d if not d["scanning"] else None
 
     d = host.wait_for(done, timeout=10)
-    assert d["networks"] == [{"ssid": "HostNetwork", "rssi": -48}, {"ssid": "Neighbour", "rssi": -77}]
+    assert d["networks"] == [{"ssid": "HostNetwork", "rssi": -48, "secure": True},
+                             {"ssid": "Neighbour", "rssi": -77, "secure": True}]
     assert d["count"] == 2
     is_error(get(host, "/api/v1/system/wifi_scan?refresh=maybe"), 400)
 

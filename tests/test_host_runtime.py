@@ -134,7 +134,9 @@ def test_replayed_d0_capture_is_served_with_the_sources_values(tmp_path):
 
 
 def test_silent_meter_is_stale_not_last_value_and_led_shows_error(tmp_path):
-    h = HostProcess(tmp_path / "drive").start()
+    # WiFi configured: a fresh drive would be in setup mode, where the LED shows BLE active over OK.
+    h = HostProcess(tmp_path / "drive", settings={"wifi": {"primary": {"ssid": "HostNetwork",
+                                                                       "password": "host-password"}}}).start()
     try:
         _latest_values(h)
         h.wait_for(lambda: h.get("/api/v1/system/led")[1]["status"] == "OK", timeout=30)

@@ -30,6 +30,7 @@ def sub(broker):
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, broker, sub):
     h = HostProcess(tmp_path_factory.mktemp("drive"), settings={
+        "wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},   # joined: the web URL is known
         "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1}})
     h.start()
     yield h

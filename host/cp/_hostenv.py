@@ -10,6 +10,16 @@ state_dir = "."        # the simulated CIRCUITPY drive
 forced_free_heap = None  # when set, gc.mem_free() on the firmware side reports this (tests the 503 path)
 reset_count = 0        # how often the firmware was restarted in this process
 mac = b"\x02\x4d\x50\x00\x00\x01"
+# The simulated air: networks the wifi stand-in can scan and join (ssid, password, rssi, channel).
+# A test replaces it in-process, or from outside with .host_control/air holding a JSON list of such objects.
+air = [
+    {"ssid": "HostNetwork", "password": "host-password", "rssi": -48, "channel": 6},
+    {"ssid": "Neighbour", "password": "not-yours-1", "rssi": -77, "channel": 11},
+]
+ap_stations = []       # phones joined to the device's access point (wifi.radio.stations_ap)
+ble = True             # False: a board without BLE (_bleio.adapter is None)
+mdns_port = None       # where the mdns stand-in answers DNS queries (host/__main__.py --mdns-port)
+reset_reason = None    # forces microcontroller.cpu.reset_reason (a ResetReason name) when set
 
 
 def sim_seconds():
@@ -42,3 +52,13 @@ def control(name):
             return f.read().strip()
     except OSError:
         return None
+
+
+def networks():
+    """The networks on the air now: .host_control/air (JSON) when a test wrote one, else air."""
+    text = control("air")
+    if text:
+        import json
+
+        return json.loads(text)
+    return air

@@ -53,6 +53,11 @@ class Processor:
 
     @property
     def reset_reason(self):
+        # Starting the process is applying power; microcontroller.reset() is a software restart. A test can force
+        # any reason (_hostenv.reset_reason in-process, .host_control/reset_reason from outside).
+        forced = _hostenv.reset_reason or _hostenv.control("reset_reason")
+        if forced:
+            return getattr(ResetReason, forced)
         return ResetReason.SOFTWARE if _hostenv.reset_count else ResetReason.POWER_ON
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from adafruit_httpserver import JSONResponse
+from adafruit_httpserver import JSONResponse, Redirect
 from adafruit_ticks import ticks_ms
 
 from core.elapsed import fresh
@@ -96,9 +96,14 @@ class HttpApi(Module):
         self.limiter = RateLimiter(rate_limit, rate_window_ms)
         self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
         self._names = ()
+        self._open_paths = ()
 
     def start(self):
         self._names = device_names(self._app.device_id)
+        open_paths = []
+        for mod in self._route_modules:  # paths a route module declares token-free (e.g. captive-portal probes)
+            open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
+        self._open_paths = tuple(open_paths)
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
         routes = []
         for mod in self._route_modules:
@@ -146,6 +151,12 @@ class HttpApi(Module):
         """
         hosts = request.headers.get_list("Host")
         if len(hosts) > 1 or not host_allowed(hosts[0] if hosts else None, self._names):
+            setup = self._captive_setup_url()
+            if setup is not None and request.method in ("GET", "HEAD"):
+                # A phone on the setup AP asks its connectivity-check host (the captive DNS sent it here): the
+                # portal sends it to the setup page. A redirect carries no data, so a rebinding page learns nothing.
+                self.count("captive_redirect")
+                return Redirect(request, setup)
             self.count("misdirected")
             return JSONResponse(request, {"error": "Host not accepted: address the device by its IP address or "
                                                    "its .local name"}, status=(421, "Misdirected Request"))
@@ -184,6 +195,13 @@ class HttpApi(Module):
                     return error_response(request, 400, "Malformed JSON")
         return handler(request, **extra)
 
+    def _captive_setup_url(self):
+        """The setup page's URL while a first setup on the access point redirects every name, else None."""
+        dns = getattr(self._app, "captive_dns", None)
+        if dns is None or not dns.wanted():
+            return None
+        return dns.setup_url
+
     def _over_budget(self, request, now):
         """True when the request is refused by the device-wide budget.
 
@@ -201,7 +219,7 @@ class HttpApi(Module):
         app = self._app
         if not app.settings.get("api_auth_required", False):
             return None
-        need = required_level(request.method, request.path)
+        need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
             return None
         token = None

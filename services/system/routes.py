@@ -3,72 +3,11 @@
 
 from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
 
-from core.module import Module
 from core.version import VERSION
+from drivers.radio import AP_IP, ap_ssid
 from services.api.server import ApiError, query
 
 _LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wattwaechter's LedMode names
-
-
-class WifiScanner(Module):
-    """Background scan, one network per poll (the scan iterator blocks per channel on the device); radio: wifi.radio."""
-
-    name = "wifi_scan"
-    max_networks = 20
-
-    def __init__(self, radio):
-        Module.__init__(self)
-        self._radio = radio
-        self._it = None
-        self._found = {}
-        self.networks = []       # [{"ssid", "rssi"}] of the last finished scan, strongest first
-        self.scanning = False
-        self.scanned = False
-
-    def request(self):
-        """Start a scan unless one runs."""
-        if self.scanning:
-            return
-        try:
-            self._it = self._radio.start_scanning_networks()
-        except Exception:
-            self.count("scan_errors")
-            return
-        self._found = {}
-        self.scanning = True
-
-    def poll(self, now_ms):
-        if not self.scanning:
-            return
-        try:
-            net = next(self._it)
-        except StopIteration:
-            self._finish()
-            return
-        except Exception:
-            self.count("scan_errors")
-            self._finish()
-            return
-        ssid = net.ssid
-        if ssid and (ssid not in self._found or net.rssi > self._found[ssid]):
-            self._found[ssid] = net.rssi
-
-    def _finish(self):
-        try:
-            self._radio.stop_scanning_networks()
-        except Exception:
-            pass
-        found = sorted(self._found.items(), key=lambda kv: -kv[1])[:self.max_networks]
-        self.networks = [{"ssid": s, "rssi": r} for s, r in found]
-        self._found = {}
-        self._it = None
-        self.scanning = False
-        self.scanned = True
-        self.count("scans")
-
-    def stop(self):
-        if self.scanning:
-            self._finish()
 
 
 def _entry(name, value, unit=""):
@@ -84,6 +23,38 @@ def _section(d):
             continue
         out.append(_entry(key, value))
     return out
+
+
+def _wifi_sections(app):
+    """The wifi and ap info sections. aio-wattwaechter's Home Assistant integration reads signal_strength,
+    ip_address, mdns_name and mac_address; rssi, ip and hostname stay for clients that read the older names."""
+    wm = getattr(app, "wifi", None)
+    if wm is None:
+        return [], []
+    connected = wm.connected()
+    rssi = wm.rssi() if connected else 0
+    ip = wm.ip() if connected else ""
+    mdns = getattr(app, "mdns", None)
+    wifi = [
+        _entry("connected", connected),
+        _entry("ssid", wm.ssid()),
+        _entry("signal_strength", rssi, "dBm"),
+        _entry("rssi", rssi, "dBm"),
+        _entry("ip_address", ip),
+        _entry("ip", ip),
+        _entry("mdns_name", mdns.fqdn() if mdns is not None else ""),
+        _entry("hostname", wm.hostname),
+        _entry("mac_address", wm.mac()),
+        _entry("profile", wm.active or ""),
+    ]
+    ap_on = wm.ap_active()
+    ap = [
+        _entry("active", ap_on),
+        _entry("mode", wm.ap_mode),
+        _entry("ssid", ap_ssid(app.settings, app.device_id)),
+        _entry("ip", AP_IP if ap_on else ""),
+    ]
+    return wifi, ap
 
 
 def _wall_time(app):
@@ -106,25 +77,7 @@ def routes(app):
 
     def info(request):
         up_ms = app.log.uptime.ms()  # wrap-safe: ticks_diff from boot went negative after ~3.1 days
-        radio = app.radio
-        wifi = []
-        ap = []
-        if radio is not None:
-            connected = bool(getattr(radio, "connected", False))
-            ap_info = radio.ap_info if connected else None
-            wifi = [
-                _entry("connected", connected),
-                _entry("ssid", ap_info.ssid if ap_info is not None else ""),
-                _entry("rssi", ap_info.rssi if ap_info is not None else 0, "dBm"),
-                _entry("ip", str(radio.ipv4_address) if connected and radio.ipv4_address else ""),
-                _entry("hostname", getattr(radio, "hostname", "")),
-            ]
-            ap_on = bool(getattr(radio, "ap_active", False))
-            ap = [
-                _entry("active", ap_on),
-                _entry("ssid", app.settings.get("accessPoint.ssid") or ("Meter-Plus-" + app.device_id[-6:].upper())),
-                _entry("ip", str(radio.ipv4_address_ap) if ap_on and radio.ipv4_address_ap else ""),
-            ]
+        wifi, ap = _wifi_sections(app)
         heap = []
         if app.mem_free is not None:
             heap.append(_entry("free", app.mem_free(), "B"))
@@ -181,7 +134,8 @@ def routes(app):
         if refresh in ("true", "1") or not (scanner.scanned or scanner.scanning):
             scanner.request()
         nets = scanner.networks
-        return JSONResponse(request, {"networks": nets, "count": len(nets), "scanning": scanner.scanning})
+        busy = scanner.scanning or scanner.wanted  # a requested scan starts at the radio's next poll
+        return JSONResponse(request, {"networks": nets, "count": len(nets), "scanning": busy})
 
     def timezones(request):
         from core import tz

@@ -1,0 +1,1 @@
+"""Network services: mDNS advertising, the captive-portal DNS, Improv provisioning over BLE."""
