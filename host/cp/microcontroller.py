@@ -53,6 +53,8 @@ class Processor:
 
     @property
     def reset_reason(self):
+        if _hostenv.last_reset_reason == "WATCHDOG":
+            return ResetReason.WATCHDOG
         return ResetReason.SOFTWARE if _hostenv.reset_count else ResetReason.POWER_ON
 
 
