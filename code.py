@@ -192,6 +192,24 @@ def build():
     sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))
+
+    # --- ota ---
+    import boot  # the update anchor on the drive: its journal functions (main() runs only as boot.py itself)
+
+    from core.module import FAILED
+    from core.version import VERSION as OTA_VERSION
+    from services.ota.service import OtaService
+
+    try:
+        import ssl as ota_ssl
+    except ImportError:
+        ota_ssl = None
+    app.ota = sup.add(OtaService(pool, settings, OTA_VERSION, boot, clock=app.clock, led=led,
+                                 flush=app.lifecycle.flush_all, restart=app.lifecycle.request_reboot,
+                                 health=lambda: app.http.state != FAILED,
+                                 ssl_factory=ota_ssl.create_default_context if ota_ssl is not None else None,
+                                 rand=lambda n: int.from_bytes(os.urandom(2), "big") % n, log=log))
+    # --- end ota ---
     return app
 
 
