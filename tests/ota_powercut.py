@@ -12,7 +12,7 @@ import time
 
 from tests.hostproc import ROOT, HostProcess, http_request
 from tests.ota_server import UpdateServer, make_release
-from tools.ota_manifest import app_files
+from tools.ota_manifest import APP_FOLDERS, app_files
 
 SPEED = 60.0
 BOOT_OP_DELAY_MS = 40     # slows boot.py's renames so a cut lands inside the switch (host/__main__.py)
@@ -80,7 +80,16 @@ def prepare(workdir):
     make_release(pub, "0.2.0", changes=changes)
     server = UpdateServer(pub)
     from core.version import VERSION
-    old = tree(ROOT)
+    # the installed version: a snapshot, so edits to the repository during a long soak change nothing
+    base = os.path.join(workdir, "base")
+    os.makedirs(base)
+    for entry in ("boot.py", "code.py"):
+        shutil.copy(os.path.join(ROOT, entry), os.path.join(base, entry))
+    for folder in APP_FOLDERS:
+        if os.path.isdir(os.path.join(ROOT, folder)):
+            shutil.copytree(os.path.join(ROOT, folder), os.path.join(base, folder),
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    old = tree(base)
     new = tree(os.path.join(pub, "0.2.0"))
     return server, VERSION, old, new
 
@@ -108,6 +117,7 @@ def drive_phase(state):
 def one_cut(workdir, i, server, old_version, old, new, rng, log=print):
     """Run one update, SIGKILL it at a random moment, restart and check. Returns where the cut landed."""
     state = os.path.join(workdir, "drive%d" % i)
+    shutil.copytree(os.path.join(workdir, "base"), state)   # a flashed device: the runtime keeps what it finds
     settings = {"device_name": "cut %d" % i, "ota": {"url": server.url}}
     h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED)], settings=settings)
     h.control("boot_op_delay_ms", BOOT_OP_DELAY_MS)

@@ -276,3 +276,15 @@ def test_a_rolled_back_version_is_reported_and_not_installed_at_night(env):
         e.svc.poll(e.now)
     assert e.calls == []
     assert e.svc.check_result(e.now)["data"]["rolled_back"] == ["0.2.0"]
+
+
+def test_the_default_placeholder_url_asks_no_dns_server(env, monkeypatch):
+    e = env
+    asked = []
+    monkeypatch.setattr(socketpool.SocketPool, "getaddrinfo", lambda self, *a, **k: asked.append(a) or [])
+    from core.settings import DEFAULTS
+
+    e.svc._settings.d["ota.url"] = DEFAULTS["ota"]["url"]
+    e.svc.start()
+    run(e, lambda: e.svc.last_error)
+    assert asked == [] and e.svc.last_error == "network" and "placeholder" in e.svc.message

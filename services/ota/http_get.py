@@ -77,6 +77,8 @@ class HttpGet:
             scheme, host, port, path = split_url(self.url)
         except ValueError as exc:
             raise DownloadError("url", "bad URL %s: %s" % (self.url, exc))
+        if host.endswith(".invalid"):  # RFC 6761: never resolves; the default URL asks no DNS server at all
+            raise DownloadError("network", "%s is a placeholder (set ota.url to your update server)" % host)
         try:
             addr = self._pool.getaddrinfo(host, port, 0, self._pool.SOCK_STREAM)[0][-1]
         except (OSError, IndexError) as exc:
