@@ -210,6 +210,24 @@ def build():
                                  ssl_factory=ota_ssl.create_default_context if ota_ssl is not None else None,
                                  rand=lambda n: int.from_bytes(os.urandom(2), "big") % n, log=log))
     # --- end ota ---
+
+    # --- cloud ---
+    from core.version import VERSION as CLOUD_VERSION
+    from services.cloud.pairing import Pairing
+    from services.cloud.service import CloudService
+
+    try:
+        import ssl as cloud_ssl
+    except ImportError:
+        cloud_ssl = None
+
+    app.cloud_pairing = Pairing("cloud.json")   # the cloud/pair routes store through it
+    app.cloud_pairing.load()
+    app.lifecycle.wipe_paths.append("cloud.json")   # a factory reset forgets the pairing
+    app.cloud = sup.add(CloudService(pool, bus, settings, app.cloud_pairing, app.device_id, CLOUD_VERSION,
+                                     ssl_factory=cloud_ssl.create_default_context if cloud_ssl is not None else None,
+                                     clock=app.clock, log=log))
+    # --- end cloud ---
     return app
 
 

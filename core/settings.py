@@ -31,6 +31,8 @@ DEFAULTS = {
     "history": {"flushMinutes": 60},
     # docs/ota.md: a reserved name that never resolves until the owner or vendor sets a real update server
     "ota": {"url": "http://updates.meter-plus.invalid/ota/stable/manifest.json"},
+    # docs/cloud.md: the cloud endpoint (TLS); a placeholder until the vendor's service exists
+    "cloud": {"host": "cloud.meter-plus.invalid", "port": 8883},
 }
 
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
@@ -73,6 +75,8 @@ SCHEMA = {
     "autoOta": ("bool", 0, 0),
     "history.flushMinutes": ("int", 1, 1440),
     "ota.url": ("url", True, 0),
+    "cloud.host": ("host", True, 0),
+    "cloud.port": ("int", 1, 65535),
 }
 for _p in ("primary", "secondary"):
     SCHEMA["wifi.%s.ssid" % _p] = ("ssid", 0, 0)

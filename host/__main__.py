@@ -260,6 +260,7 @@ NETWORK_DEADLINES = (
     ("services.modbus.server", "ModbusServer", ("idle_ms",)),
     ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
     ("services.ota.http_get", "HttpGet", ("stall_ms",)),
+    ("services.cloud.service", "CloudService", ("welcome_timeout_ms", "send_stall_ms")),
 )
 
 
