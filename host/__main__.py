@@ -181,6 +181,16 @@ def main(argv=None):
     toml = _prepare_drive(state)
     if args.app_on_drive:
         _install_app(state)
+        # boot.py first, as on the chip: the runtime's own meter decoder below imports meter/ from the drive, which
+        # an interrupted update switch may have left half-moved until boot.py finishes it
+        _hostenv.state_dir = state
+        cwd = os.getcwd()
+        os.chdir(state)
+        try:
+            _run_boot_py(app_dir)
+        finally:
+            os.chdir(cwd)
+    booted = args.app_on_drive
     os.statvfs = _statvfs_with_quota(os.statvfs)
     _hostenv.state_dir = state
     _hostenv.set_speed(args.speed)
@@ -219,7 +229,9 @@ def main(argv=None):
     while True:
         _load_settings_toml(toml, overrides)
         try:
-            _run_boot_py(app_dir)
+            if not booted:
+                _run_boot_py(app_dir)
+            booted = False
             _stretch_network_deadlines(args.speed)
             runpy.run_path(os.path.join(app_dir, "code.py"), run_name="__main__")
             return 0  # code.py returned: the device would wait for a reload

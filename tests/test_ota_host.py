@@ -4,6 +4,7 @@ crashes at boot is rolled back; a bad download changes nothing; SIGKILL during t
 the nightly check fires at --speed."""
 
 import asyncio
+import json
 import os
 import time
 
@@ -150,3 +151,31 @@ def test_nightly_check_installs_with_auto_ota(tmp_path, pub):
 def test_sigkill_during_the_update_never_bricks_the_drive():
     stats = ota_powercut.run(3, seed=int(os.environ.get("OTA_CUT_SEED", "7")), log=lambda *a: None)
     assert sum(stats.values()) == 3
+
+
+def test_a_drive_cut_in_the_middle_of_the_switch_boots(tmp_path):
+    """Found by the soak: meter/crc.py moved to ota/prev, its new copy still staged. boot.py must finish the switch
+    before anything imports the application (the runtime's own meter decoder included)."""
+    import shutil
+
+    from tests.ota_server import ROOT
+
+    drive = tmp_path / "drive"
+    for entry in ("boot.py", "code.py"):
+        os.makedirs(drive, exist_ok=True)
+        shutil.copy(os.path.join(ROOT, entry), drive / entry)
+    for folder in ("core", "drivers", "meter", "services"):
+        shutil.copytree(os.path.join(ROOT, folder), drive / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    new_crc = (drive / "meter/crc.py").read_text() + "# new\n"
+    os.makedirs(drive / "ota/stage/meter")
+    os.makedirs(drive / "ota/prev/meter")
+    (drive / "ota/stage/meter/crc.py").write_text(new_crc)
+    os.rename(drive / "meter/crc.py", drive / "ota/prev/meter/crc.py")
+    (drive / "ota/journal").write_text(json.dumps({"phase": "switch", "from": "0.1.0", "to": "0.1.0",
+                                                   "files": ["meter/crc.py"], "new": []}))
+    h = HostProcess(drive, args=["--app-on-drive", "--speed", str(SPEED)]).start()
+    try:
+        assert (drive / "meter/crc.py").read_text() == new_crc
+        assert json.loads((drive / "ota/journal").read_text())["phase"] == "trial"
+    finally:
+        h.stop()
