@@ -288,3 +288,14 @@ def test_the_default_placeholder_url_asks_no_dns_server(env, monkeypatch):
     e.svc.start()
     run(e, lambda: e.svc.last_error)
     assert asked == [] and e.svc.last_error == "network" and "placeholder" in e.svc.message
+
+
+@pytest.mark.parametrize("age_ms,stale", [(0, False), (599_999, False), (600_000, True), ((1 << 28) + 5, True),
+                                          ((1 << 29) - 10, True)])
+def test_a_check_older_than_ticks_can_tell_counts_as_stale(env, age_ms, stale):
+    """ticks wrap every 2**29 ms; a last check 3.1+ days ago must not look like one in the future."""
+    e = env
+    e.svc._checked_at = (e.now - age_ms) % WRAP
+    e.svc._check_at = None
+    e.svc.check_result(e.now)
+    assert (e.svc._check_at is not None) is stale

@@ -43,6 +43,12 @@ def _makedirs(path):
             os.mkdir(d)
 
 
+def _expired(now, stamp, ms):
+    """True when stamp is ms or more in the past; a stamp so old that ticks_diff wrapped negative is expired too."""
+    age = ticks_diff(now, stamp)
+    return age < 0 or age >= ms
+
+
 def _is_dir(path):
     try:
         return os.stat(path)[0] & 0x4000 != 0
@@ -164,7 +170,7 @@ class OtaService(Module):
         background when the last one is older than stale_ms."""
         now = self._now if now is None else now
         if self.phase == IDLE and self._url() and (self._checked_at is None
-                                                    or not ticks_less(now, ticks_add(self._checked_at, self.stale_ms))):
+                                                    or _expired(now, self._checked_at, self.stale_ms)):
             self.request_check()
         m = self.available
         data = {
