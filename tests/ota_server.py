@@ -41,9 +41,9 @@ def write_manifest(dest, manifest):
 
 
 class UpdateServer:
-    """Serves folder on 127.0.0.1; faults[path] = truncate | oversize | corrupt | stall | reset | 404."""
+    """Serves folder on 127.0.0.1 (https with tls_certs); faults[path] = truncate | oversize | corrupt | stall | 404."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, tls_certs=None):
         self.folder = folder
         self.faults = {}
         self.requests = []
@@ -74,7 +74,7 @@ class UpdateServer:
                 self.send_response(200)
                 self.send_header("Content-Length", str(length))
                 self.end_headers()
-                if fault in ("truncate", "stall", "reset"):
+                if fault in ("truncate", "stall"):
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     if fault == "stall":
@@ -88,6 +88,13 @@ class UpdateServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = "http://127.0.0.1:%d/manifest.json" % self.port
+        if tls_certs is not None:  # https with a server certificate from tests/mqtt_peers.make_ca
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_certs["server.crt"], tls_certs["server.key"])
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            self.url = "https://127.0.0.1:%d/manifest.json" % self.port
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 

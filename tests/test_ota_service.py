@@ -299,3 +299,35 @@ def test_a_check_older_than_ticks_can_tell_counts_as_stale(env, age_ms, stale):
     e.svc._check_at = None
     e.svc.check_result(e.now)
     assert (e.svc._check_at is not None) is stale
+
+
+def test_https_manifest_and_files_with_the_ssl_context(env, tmp_path):
+    """An https:// update source: the TLS handshake is the bounded connect step, the rest streams as over http."""
+    from tests.mqtt_peers import device_ssl, make_ca
+
+    e = env
+    certs = make_ca(str(tmp_path / "ca"))
+    pem = open(certs["ca.crt"]).read()
+    tls = UpdateServer(e.pub, tls_certs=certs)
+
+    def factory():
+        ctx = device_ssl().create_default_context()
+        ctx.load_verify_locations(cadata=pem)
+        return ctx
+
+    try:
+        e.svc._settings.d["ota.url"] = tls.url
+        e.svc._ssl_factory = factory
+        checked(e)
+        assert e.svc.available["version"] == "0.2.0"
+        e.svc.start_update()
+        run(e, lambda: e.calls and e.calls[-1][0] == "restart")
+        assert "0.2.0/core/version.py" in tls.requests
+        # without the CA the handshake fails: reported, nothing changes
+        e.svc._ssl_factory = lambda: device_ssl().create_default_context()
+        e.svc.phase = "idle"
+        e.svc.request_check()
+        run(e, lambda: e.svc.phase == "idle" and e.svc.last_error)
+        assert e.svc.last_error == "network" and "connect" in e.svc.message
+    finally:
+        tls.close()
