@@ -286,8 +286,14 @@ def test_the_default_placeholder_url_asks_no_dns_server(env, monkeypatch):
 
     e.svc._settings.d["ota.url"] = DEFAULTS["ota"]["url"]
     e.svc.start()
-    run(e, lambda: e.svc.last_error)
-    assert asked == [] and e.svc.last_error == "network" and "placeholder" in e.svc.message
+    run(e, lambda: e.svc.message)
+    assert asked == [] and e.svc.last_error == "" and "placeholder" in e.svc.message and e.svc.state == "OK"
+    # and the HTTP client itself refuses the reserved name without asking DNS
+    req = HttpGet(socketpool.SocketPool(None), DEFAULTS["ota"]["url"], None, bytearray(16))
+    req._sink = type("S", (), {"abort": lambda self: None})()
+    while req.poll(0):
+        pass
+    assert asked == [] and req.error.reason == "network" and "placeholder" in req.error.message
 
 
 @pytest.mark.parametrize("age_ms,stale", [(0, False), (599_999, False), (600_000, True), ((1 << 28) + 5, True),

@@ -284,6 +284,9 @@ class OtaService(Module):
         if not url:
             self.message = "Update checks are off (ota.url is empty)"
             return
+        if url.split("/")[2].split(":")[0].endswith(".invalid"):  # the shipped placeholder: not a failure
+            self.message = "No update server configured (ota.url is the placeholder %s)" % url
+            return
         self._sink = MemorySink(mf.MAX_MANIFEST_BYTES)
         self._req = HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
         self.phase = CHECKING
