@@ -255,6 +255,42 @@ def build():
     sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))
+
+    # --- ota ---
+    import boot  # the update anchor on the drive: its journal functions (main() runs only as boot.py itself)
+
+    from core.module import FAILED
+    from core.version import VERSION as OTA_VERSION
+    from services.ota.service import OtaService
+
+    try:
+        import ssl as ota_ssl
+    except ImportError:
+        ota_ssl = None
+    app.ota = sup.add(OtaService(pool, settings, OTA_VERSION, boot, clock=app.clock, led=led,
+                                 flush=app.lifecycle.flush_all, restart=app.lifecycle.request_reboot,
+                                 health=lambda: app.http.state != FAILED,
+                                 ssl_factory=ota_ssl.create_default_context if ota_ssl is not None else None,
+                                 rand=lambda n: int.from_bytes(os.urandom(2), "big") % n, log=log))
+    # --- end ota ---
+
+    # --- cloud ---
+    from core.version import VERSION as CLOUD_VERSION
+    from services.cloud.pairing import Pairing
+    from services.cloud.service import CloudService
+
+    try:
+        import ssl as cloud_ssl
+    except ImportError:
+        cloud_ssl = None
+
+    app.cloud_pairing = Pairing("cloud.json")   # the cloud/pair routes store through it
+    app.cloud_pairing.load()
+    app.lifecycle.wipe_paths.append("cloud.json")   # a factory reset forgets the pairing
+    app.cloud = sup.add(CloudService(pool, bus, settings, app.cloud_pairing, app.device_id, CLOUD_VERSION,
+                                     ssl_factory=cloud_ssl.create_default_context if cloud_ssl is not None else None,
+                                     clock=app.clock, log=log))
+    # --- end cloud ---
     return app
 
 

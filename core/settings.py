@@ -3,6 +3,7 @@
 import json
 import os
 from core.files import exists as _exists, remove_quiet as _remove
+from core.url import split_url
 
 # Defaults of the spec's settings table (device-api.md); the wire names follow aio-wattwaechter where the spec
 # shows none. Encodings the spec leaves open: language.active "de"/"en", medianFilterSize 0 = Off.
@@ -28,6 +29,10 @@ DEFAULTS = {
     "ctRatio": 1,
     "autoOta": True,
     "history": {"flushMinutes": 60},
+    # docs/ota.md: a reserved name that never resolves until the owner or vendor sets a real update server
+    "ota": {"url": "http://updates.meter-plus.invalid/ota/stable/manifest.json"},
+    # docs/cloud.md: the cloud endpoint (TLS); a placeholder until the vendor's service exists
+    "cloud": {"host": "cloud.meter-plus.invalid", "port": 8883},
 }
 
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
@@ -71,6 +76,9 @@ SCHEMA = {
     "ctRatio": ("ratio", 0, 0),
     "autoOta": ("bool", 0, 0),
     "history.flushMinutes": ("int", 1, 1440),
+    "ota.url": ("url", True, 0),
+    "cloud.host": ("host", True, 0),
+    "cloud.port": ("int", 1, 65535),
 }
 for _p in ("primary", "secondary"):
     SCHEMA["wifi.%s.ssid" % _p] = ("ssid", 0, 0)
@@ -364,6 +372,14 @@ def check(key, value, zone_ok):
     if kind == "zone":
         if not value or len(value) > 64 or not _ascii_printable(value) or not zone_ok(value):
             return None, "unknown time zone (see /api/v1/system/timezones)"
+        return value, None
+    if kind == "url":  # http(s) URL (core/url.py); empty allowed if a
+        if value == "":
+            return (value, None) if a else (None, "must not be empty")
+        try:
+            split_url(value)
+        except ValueError as exc:
+            return None, "must be an http:// or https:// URL: %s" % exc
         return value, None
     if kind == "lang":
         for code, _name in LANGUAGES:

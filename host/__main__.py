@@ -12,6 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CP_DIR = os.path.join(REPO, "host", "cp")
 EXIT_BAD_FLAGS = 2
 FIRMWARE_PACKAGES = ("core", "drivers", "meter", "services")
+APP_ENTRIES = ("code.py", "boot.py", "core", "drivers", "meter", "services", "web")  # what a device drive holds
 
 
 def _positive_float(text):
@@ -52,6 +53,8 @@ def parse_args(argv):
     p.add_argument("--no-ble", action="store_true", help="a board without BLE (4 MB S3): no Improv provisioning")
     p.add_argument("--ble-port", type=_port, default=0,
                    help="a phone for the BLE stand-in: JSON lines on --bind:PORT (host/ble_bridge.py; default off)")
+    p.add_argument("--app-on-drive", action="store_true",
+                   help="copy the application files to the drive once and run them from there (OTA updates)")
     return p.parse_args(argv)
 
 
@@ -65,6 +68,85 @@ def _prepare_drive(state):
     if not os.path.lexists(web):
         os.symlink(os.path.join(REPO, "web"), web)
     return toml
+
+
+def _install_app(state):
+    """Put the application files on the drive once, like flashing a device; later runs keep what OTA installed."""
+    if os.path.exists(os.path.join(state, "code.py")):
+        return
+    web = os.path.join(state, "web")
+    if os.path.islink(web):
+        os.remove(web)
+    for entry in APP_ENTRIES:
+        src = os.path.join(REPO, entry)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(state, entry), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif os.path.exists(src) and entry != "code.py":
+            shutil.copy(src, os.path.join(state, entry))
+    shutil.copy(os.path.join(REPO, "code.py"), os.path.join(state, "code.py"))  # last: marks a complete copy
+
+
+def _statvfs_with_quota(real):
+    """os.statvfs that honours the host control drive_free_bytes (a full drive is simulated, not produced)."""
+    import _hostenv
+
+    def statvfs(path):
+        st = real(path)
+        free = _hostenv.control("drive_free_bytes")
+        if free is None:
+            return st
+        blocks = int(free) // st.f_frsize
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, blocks, blocks, st.f_files, st.f_ffree,
+                                  st.f_favail, st.f_flag, st.f_namemax))
+    return statvfs
+
+
+def _crash_wait(speed):
+    """After code.py raised: an armed RESET-mode watchdog resets the chip (CircuitPython keeps it running then);
+    without one the device waits at the prompt. True when the runtime should restart."""
+    import time
+
+    import microcontroller
+    from watchdog import WatchDogMode
+
+    wd = microcontroller.watchdog
+    if wd.mode == WatchDogMode.RESET and wd.timeout > 0:
+        if wd._timer:
+            wd._timer.cancel()
+            wd._timer = None
+        time.sleep(wd.timeout / speed)
+        return True
+    print("Code done running. (the device waits for a reset)", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def _run_boot_py(app_dir):
+    """boot.py runs before every start of code.py, as after every reset of the chip.
+
+    The host control boot_op_delay_ms slows each file operation of boot.py so a power-cut test can land a
+    SIGKILL inside the update switch (which takes milliseconds here)."""
+    import time
+
+    import _hostenv
+
+    path = os.path.join(app_dir, "boot.py")
+    if not os.path.exists(path):
+        return
+    delay = _hostenv.control("boot_op_delay_ms")
+    saved = os.rename, os.remove, os.mkdir
+    if delay:
+        def slowed(fn):
+            def op(*args, **kw):
+                time.sleep(float(delay) / 1000)
+                return fn(*args, **kw)
+            return op
+        os.rename, os.remove, os.mkdir = (slowed(f) for f in saved)
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        os.rename, os.remove, os.mkdir = saved
 
 
 def _load_settings_toml(path, overrides):
@@ -103,12 +185,29 @@ def main(argv=None):
     else:
         sys.stderr.write("python -m host: error: --meter: no such file or device: %s\n" % args.meter)
         return EXIT_BAD_FLAGS
-    sys.path[:0] = [CP_DIR, REPO]
+    state = os.path.abspath(args.state)
+    app_dir = state if args.app_on_drive else REPO
+    if args.app_on_drive:  # the firmware is imported from the drive only, as on the chip
+        sys.path[:] = [p for p in sys.path if p not in ("", REPO, os.getcwd())]
+        sys.dont_write_bytecode = True   # no __pycache__ folders on the drive
+    sys.path[:0] = [CP_DIR, app_dir]
     import _hostenv  # noqa: E402  (the stand-ins' shared state)
     import neopixel  # noqa: E402
 
-    state = os.path.abspath(args.state)
     toml = _prepare_drive(state)
+    if args.app_on_drive:
+        _install_app(state)
+        # boot.py first, as on the chip: the runtime's own meter decoder below imports meter/ from the drive, which
+        # an interrupted update switch may have left half-moved until boot.py finishes it
+        _hostenv.state_dir = state
+        cwd = os.getcwd()
+        os.chdir(state)
+        try:
+            _run_boot_py(app_dir)
+        finally:
+            os.chdir(cwd)
+    booted = args.app_on_drive
+    os.statvfs = _statvfs_with_quota(os.statvfs)
     _hostenv.state_dir = state
     _hostenv.set_speed(args.speed)
     neopixel.show_in_terminal = args.led
@@ -155,18 +254,37 @@ def main(argv=None):
           % (args.bind, args.http_port, state, args.meter, args.speed), flush=True)
     while True:
         _load_settings_toml(toml, overrides)
-        _stretch_network_deadlines(args.speed)
         try:
-            runpy.run_path(os.path.join(REPO, "code.py"), run_name="__main__")
+            if not booted:
+                _run_boot_py(app_dir)
+            booted = False
+            _stretch_network_deadlines(args.speed)
+            runpy.run_path(os.path.join(app_dir, "code.py"), run_name="__main__")
             return 0  # code.py returned: the device would wait for a reload
         except _hostenv.HostReset as reset:
             _hostenv.reset_count += 1
+            _hostenv.last_reset_reason = None
             print("host: %s: restarting the firmware" % reset.kind, flush=True)
             _purge_firmware_modules()
             _reset_radios()
         except KeyboardInterrupt:
             print("host: stopped", flush=True)
             return 0
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+            sys.stdout.flush()
+            try:
+                restart = _crash_wait(args.speed)
+            except KeyboardInterrupt:
+                print("host: stopped", flush=True)
+                return 0
+            if restart:
+                _hostenv.reset_count += 1
+                _hostenv.last_reset_reason = "WATCHDOG"
+                print("host: watchdog: restarting the firmware after a crash", flush=True)
+                _purge_firmware_modules()
 
 
 # Deadlines that a peer on the real network experiences (an HTTP client, the MQTT broker, a Modbus client, the NTP
@@ -182,6 +300,8 @@ NETWORK_DEADLINES = (
     ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
     # A phone writing Improv frames: a split frame must be complete within partial_ms of real time.
     ("services.network.provisioning", "ImprovProvisioning", ("partial_ms",)),
+    ("services.ota.http_get", "HttpGet", ("stall_ms",)),
+    ("services.cloud.service", "CloudService", ("welcome_timeout_ms", "send_stall_ms")),
 )
 
 
@@ -190,7 +310,10 @@ def _stretch_network_deadlines(speed):
     import importlib
 
     for module, cls, attrs in NETWORK_DEADLINES:
-        klass = getattr(importlib.import_module(module), cls)
+        try:
+            klass = getattr(importlib.import_module(module), cls)
+        except Exception:  # a broken (or older) application: code.py meets the error itself, as on the chip
+            continue
         for attr in attrs:
             setattr(klass, attr, int(getattr(klass, attr) * speed))
 

@@ -141,7 +141,8 @@ def test_ota_and_cloud_from_current_state(host):
     start = post(host, "/api/v1/ota/start").json()
     assert start["ok"] is False and start["update_available"] is False
     r = post(host, "/api/v1/cloud/pair", {"pairing_token": "WW-ABCDEF12"})
-    assert r.status_code == 200 and r.json()["success"] is True and r.json()["paired"] is False
+    assert r.status_code == 200 and r.json()["success"] is True and r.json()["paired"] is True  # stored (hashed)
+    assert "WW-ABCDEF12" not in r.text
     body = is_error(post(host, "/api/v1/cloud/pair", {"pairing_token": "bad token!"}), 400)
     assert "pairing_token" in body["fields"]
     is_error(post(host, "/api/v1/cloud/pair", {"pairing_token": "WW-1", "x": 1}), 400)

@@ -18,7 +18,7 @@ def test_remount_choice(held, readonly, capsys):
     digitalio.set_level(board.BUTTON, not held)  # pressed pulls the pin low
     storage.calls.clear()
     try:
-        runpy.run_path(BOOT)
+        runpy.run_path(BOOT, run_name="__main__")
     finally:
         digitalio._levels.clear()
     assert storage.calls == [("/", readonly, False)]

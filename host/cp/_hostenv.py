@@ -9,6 +9,7 @@ meter_source = None    # object with read_available(now_s) -> bytes, fed to the 
 state_dir = "."        # the simulated CIRCUITPY drive
 forced_free_heap = None  # when set, gc.mem_free() on the firmware side reports this (tests the 503 path)
 reset_count = 0        # how often the firmware was restarted in this process
+last_reset_reason = None  # "WATCHDOG" after a crash restart, else None
 mac = b"\x02\x4d\x50\x00\x00\x01"
 # The simulated air: networks the wifi stand-in can scan and join (ssid, password, rssi, channel).
 # A test replaces it in-process, or from outside with .host_control/air holding a JSON list of such objects.

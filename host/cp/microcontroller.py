@@ -53,11 +53,14 @@ class Processor:
 
     @property
     def reset_reason(self):
-        # Starting the process is applying power; microcontroller.reset() is a software restart. A test can force
-        # any reason (_hostenv.reset_reason in-process, .host_control/reset_reason from outside).
+        # Starting the process is applying power; microcontroller.reset() is a software restart; a restart after a
+        # crash with the watchdog armed is WATCHDOG. A test can force any reason (_hostenv.reset_reason in-process,
+        # .host_control/reset_reason from outside).
         forced = _hostenv.reset_reason or _hostenv.control("reset_reason")
         if forced:
             return getattr(ResetReason, forced)
+        if _hostenv.last_reset_reason == "WATCHDOG":
+            return ResetReason.WATCHDOG
         return ResetReason.SOFTWARE if _hostenv.reset_count else ResetReason.POWER_ON
 
 

@@ -1,51 +1,47 @@
-"""Cloud pairing routes: the pairing token sent by the app (no cloud connection yet)."""
+"""Cloud pairing routes: POST stores the pairing token (as a hash, never echoed), DELETE removes the pairing."""
 
 from adafruit_httpserver import DELETE, POST, JSONResponse, Route
 
 from services.api.server import ApiError, read_json
-
-
-class CloudState:
-    """What the cloud service will pick up: the pairing token sent by the app; nothing connects yet."""
-
-    def __init__(self):
-        self.pairing_token = None
-        self.paired = False
-
-
-def _valid_pairing_token(token):
-    if not isinstance(token, str) or not 1 <= len(token) <= 64:
-        return False
-    for ch in token:
-        if not (ch.isalpha() or ch.isdigit() or ch in "-_") or ord(ch) > 127:
-            return False
-    return True
+from services.cloud.pairing import Pairing, valid_token
 
 
 def routes(app):
-    """Route list of /api/v1/cloud/pair."""
-    cloud = getattr(app, "cloud", None)
-    if cloud is None:
-        cloud = CloudState()
-        app.cloud = cloud
+    """Route list of /api/v1/cloud/pair. app.cloud_pairing is the stored pairing (code.py's cloud block)."""
+    pairing = getattr(app, "cloud_pairing", None)
+    if pairing is None:
+        pairing = Pairing("cloud.json")
+        pairing.load()
+        app.cloud_pairing = pairing
+
+    def connected():
+        cloud = getattr(app, "cloud", None)
+        return bool(cloud is not None and cloud.connected)
 
     def pair(request):
         body = read_json(request)
         token = body.get("pairing_token")
         fields = dict((k, "unknown key") for k in body if k != "pairing_token")
-        if not _valid_pairing_token(token):
+        if not valid_token(token):
             fields["pairing_token"] = "required: 1 to 64 letters, digits, - or _ (e.g. WW-XXXXXXXX)"
         if fields:
             raise ApiError(400, "Invalid request", fields=fields)
-        cloud.pairing_token = token
-        return JSONResponse(request, {"success": True, "paired": cloud.paired,
-                                      "message": "Pairing token stored; the device pairs when the cloud "
-                                                 "connection is available"})
+        try:
+            pairing.pair(token)
+        except OSError as exc:
+            raise ApiError(503, "Pairing could not be stored: %s" % exc)
+        enabled = bool(app.settings.get("cloudIotEnabled", False))
+        return JSONResponse(request, {"success": True, "paired": True, "connected": connected(),
+                                      "message": "Pairing stored" + ("" if enabled else
+                                                                     "; enable cloudIotEnabled to connect")})
 
     def unpair(request):
-        cloud.pairing_token = None
-        cloud.paired = False
-        return JSONResponse(request, {"success": True, "paired": False, "message": "Cloud pairing removed"})
+        try:
+            pairing.unpair()
+        except OSError as exc:
+            raise ApiError(503, "Pairing could not be removed: %s" % exc)
+        return JSONResponse(request, {"success": True, "paired": False, "connected": False,
+                                      "message": "Cloud pairing removed"})
 
     return [
         Route("/api/v1/cloud/pair", POST, pair),

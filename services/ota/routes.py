@@ -1,4 +1,4 @@
-"""OTA routes, answering from the current state in their final format (no OTA service yet)."""
+"""OTA routes: GET /ota/check answers from the last check (and starts one when it is old), POST /ota/start installs."""
 
 from adafruit_httpserver import GET, POST, JSONResponse, Route
 
@@ -19,7 +19,7 @@ def routes(app):
 
     def ota_start(request):
         if ota is not None:
-            return JSONResponse(request, ota.start())
+            return JSONResponse(request, ota.start_update())
         return JSONResponse(request, {"ok": False, "update_available": False, "message": "No update available"})
 
     return [

@@ -1,0 +1,219 @@
+"""A small HTTP/1.0 GET on the socket pool whose work is spread over polls: resolve + connect (+ TLS handshake) is
+the one bounded blocking step, then non-blocking send and recv_into, a few KB per poll, into a sink."""
+
+import errno
+
+from adafruit_ticks import ticks_add, ticks_less
+from micropython import const
+
+from core.url import split_url
+from services.ota.stream import DownloadError
+
+_EAGAIN = errno.EAGAIN
+_ETIMEDOUT_DEV = const(116)
+_ENOTCONN_DEV = const(128)     # lwIP: a non-blocking recv from a peer that closed
+_ENOTCONN_POSIX = errno.ENOTCONN
+_MAX_HEADER = const(2048)
+
+SENDING = "sending"
+HEADERS = "headers"
+BODY = "body"
+DONE = "done"
+FAILED = "failed"
+
+
+def _code(exc):
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+
+
+class HttpGet:
+    """GET url into sink (write(chunk)/finish()/abort()). pool: socketpool; ssl_factory: ssl.create_default_context
+    (for https). poll(now_ms) advances it; state ends DONE or FAILED with error (a DownloadError)."""
+
+    connect_timeout_s = 2.0   # TCP connect + TLS handshake: the one blocking step (as in the MQTT client)
+    stall_ms = 15000          # no byte for this long: the network is gone
+    reads_per_poll = 2        # at most this many recv_into of len(buf) per poll
+
+    def __init__(self, pool, url, sink, buf, ssl_factory=None):
+        self._pool = pool
+        self.url = url
+        self._sink = sink
+        self._buf = buf
+        self._ssl_factory = ssl_factory
+        self._sock = None
+        self._out = b""
+        self._head = bytearray()
+        self.state = None
+        self.error = None
+        self.status = 0
+        self.length = None       # Content-Length, when the server sent one
+        self.received = 0        # body bytes
+        self._deadline = 0
+
+    def _fail(self, err):
+        self.state = FAILED
+        self.error = err
+        self._close()
+        try:
+            self._sink.abort()
+        except Exception:
+            pass
+
+    def _close(self):
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+    def cancel(self):
+        """Stop and release the socket."""
+        if self.state not in (DONE, FAILED):
+            self._fail(DownloadError("network", "cancelled"))
+
+    def _open(self, now):
+        try:
+            scheme, host, port, path = split_url(self.url)
+        except ValueError as exc:
+            raise DownloadError("url", "bad URL %s: %s" % (self.url, exc))
+        if host.endswith(".invalid"):  # RFC 6761: never resolves; the default URL asks no DNS server at all
+            raise DownloadError("network", "%s is a placeholder (set ota.url to your update server)" % host)
+        try:
+            addr = self._pool.getaddrinfo(host, port, 0, self._pool.SOCK_STREAM)[0][-1]
+        except (OSError, IndexError) as exc:
+            raise DownloadError("network", "cannot resolve %s: %s" % (host, exc))
+        try:
+            sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_STREAM)
+        except (OSError, RuntimeError) as exc:
+            raise DownloadError("network", "no socket free: %s" % exc)
+        self._sock = sock
+        try:
+            if scheme == "https":
+                if self._ssl_factory is None:
+                    raise DownloadError("url", "https needs the ssl module, which this build lacks")
+                sock = self._ssl_factory().wrap_socket(sock, server_hostname=host)
+                self._sock = sock
+            sock.settimeout(self.connect_timeout_s)
+            sock.connect(addr)
+            sock.settimeout(0)
+        except DownloadError:
+            raise
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise DownloadError("network", "connect to %s:%d failed: %s" % (host, port, exc))
+        default = 80 if scheme == "http" else 443
+        hosthdr = host if port == default else "%s:%d" % (host, port)
+        self._out = ("GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: MeterPlus\r\nConnection: close\r\n\r\n"
+                     % (path, hosthdr)).encode()
+        self.state = SENDING
+        self._deadline = ticks_add(now, self.stall_ms)
+
+    def poll(self, now):
+        """Advance by a bounded amount; returns True while the request is still running."""
+        if self.state in (DONE, FAILED):
+            return False
+        try:
+            if self.state is None:
+                self._open(now)
+                return True
+            if self.state == SENDING:
+                self._send(now)
+            else:
+                for _ in range(self.reads_per_poll):
+                    if not self._receive(now):
+                        break
+            if self.state not in (DONE, FAILED) and not ticks_less(now, self._deadline):
+                raise DownloadError("network", "no data from the server for %d s" % (self.stall_ms // 1000))
+        except DownloadError as err:
+            self._fail(err)
+        except MemoryError:
+            self._fail(DownloadError("memory", "out of memory"))
+        return self.state not in (DONE, FAILED)
+
+    def _send(self, now):
+        try:
+            n = self._sock.send(self._out)
+        except OSError as exc:
+            if _code(exc) == _EAGAIN:
+                return
+            raise DownloadError("network", "send failed: %s" % exc)
+        if n:
+            self._deadline = ticks_add(now, self.stall_ms)
+        self._out = self._out[n:]
+        if not self._out:
+            self.state = HEADERS
+
+    def _receive(self, now):
+        """One recv_into; False when there is nothing more to do in this poll."""
+        try:
+            n = self._sock.recv_into(self._buf)
+        except OSError as exc:
+            code = _code(exc)
+            if code == _EAGAIN or code == _ETIMEDOUT_DEV:
+                return False
+            if code in (_ENOTCONN_DEV, _ENOTCONN_POSIX):
+                n = 0   # the device's way of saying the peer closed
+            else:
+                raise DownloadError("network", "connection lost: %s" % exc)
+        if n == 0:
+            self._eof()
+            return False
+        self._deadline = ticks_add(now, self.stall_ms)
+        mv = memoryview(self._buf)[:n]
+        if self.state == HEADERS:
+            self._head.extend(mv)
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._head) > _MAX_HEADER:
+                    raise DownloadError("http", "response header longer than %d bytes" % _MAX_HEADER)
+                return True
+            rest = bytes(self._head[end + 4:])
+            self._parse_head(bytes(self._head[:end]))
+            self._head = bytearray()
+            if rest:
+                self._body(rest)
+        else:
+            self._body(mv)
+        return self.state == BODY
+
+    def _parse_head(self, head):
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+            raise DownloadError("http", "not an HTTP response")
+        self.status = int(parts[1])
+        if self.status != 200:
+            raise DownloadError("http", "server answered HTTP %d for %s" % (self.status, self.url))
+        for line in lines[1:]:
+            name, _sep, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                value = value.strip()
+                if not value.isdigit():
+                    raise DownloadError("http", "bad Content-Length")
+                self.length = int(value)
+            elif name.strip().lower() == b"transfer-encoding" and value.strip().lower() != b"identity":
+                raise DownloadError("http", "chunked transfer encoding is not supported")
+        self.state = BODY
+        if self.length == 0:
+            self._finish()
+
+    def _body(self, chunk):
+        self.received += len(chunk)
+        if self.length is not None and self.received > self.length:
+            raise DownloadError("http", "more body than Content-Length")
+        self._sink.write(chunk)
+        if self.length is not None and self.received == self.length:
+            self._finish()
+
+    def _eof(self):
+        if self.state == BODY and self.length is None:
+            self._finish()
+            return
+        if self.state == BODY:
+            raise DownloadError("truncated", "connection closed after %d of %d bytes" % (self.received, self.length))
+        raise DownloadError("network", "connection closed before the response")
+
+    def _finish(self):
+        self._close()
+        self._sink.finish()
+        self.state = DONE

@@ -1,0 +1,518 @@
+"""Updates over the network: check a manifest, stage verified files, hand the switch to boot.py, prove health."""
+
+import json
+import os
+
+from adafruit_ticks import ticks_add, ticks_diff, ticks_less
+
+from core.files import exists, remove_quiet
+from core.module import OK, WARN, Module
+from core.url import resolve
+from services.ota import manifest as mf
+from services.ota.http_get import HttpGet
+from services.ota.stream import FileHasher, HashingWriter, MemorySink
+
+# The journal format is boot.py's (the anchor that performs the switch); docs/ota.md.
+JOURNAL = "ota/journal"
+STAGE = "ota/stage/"
+PREV = "ota/prev/"
+RESULT = "ota/result"
+BAD = "ota/bad"
+
+IDLE = "idle"
+CHECKING = "checking"
+PLANNING = "planning"
+DOWNLOADING = "downloading"
+RESTARTING = "restarting"
+TRIAL = "trial"
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _makedirs(path):
+    parts = path.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        d = "/".join(parts[:i])
+        if not exists(d):
+            os.mkdir(d)
+
+
+def _expired(now, stamp, ms):
+    """True when stamp is ms or more in the past; a stamp so old that ticks_diff wrapped negative is expired too."""
+    age = ticks_diff(now, stamp)
+    return age < 0 or age >= ms
+
+
+def _is_dir(path):
+    try:
+        return os.stat(path)[0] & 0x4000 != 0
+    except OSError:
+        return False
+
+
+class OtaService(Module):
+    """pool (socketpool), settings, version (running), clock (core.clock.Clock or None), led (StatusLed),
+    flush(reason) and restart(reason) (the lifecycle's), health() -> True while the firmware serves, boot (the
+    boot module: its journal functions), ssl_factory, rand(n) -> 0..n-1, log."""
+
+    name = "ota"
+    first_check_ms = 60000        # the first check after a start (the network is up by then)
+    stale_ms = 600000             # GET ota/check starts a new check when the last is older than this
+    retry_ms = 3600000            # a failed check or install is tried again after this long
+    max_attempts = 3              # installs of one version before waiting for the next night
+    healthy_after_ms = 180000     # a new version that served this long is kept
+    night_start_min = 60          # the nightly check: a random minute of 01:00..04:59 local time
+    night_len_min = 240
+    space_margin = 65536          # free space kept beyond the staged files (FAT, journal, logs)
+    hash_steps_per_poll = 4
+    remove_per_poll = 8
+
+    def __init__(self, pool, settings, version, boot, clock=None, led=None, flush=None, restart=None, health=None,
+                 ssl_factory=None, rand=None, log=None):
+        Module.__init__(self)
+        self._pool = pool
+        self._settings = settings
+        self.version = version
+        self._boot = boot
+        self._clock = clock
+        self._led = led
+        self._flush = flush
+        self._restart = restart
+        self._health = health
+        self._ssl_factory = ssl_factory
+        self._rand = rand
+        self._log = log
+        self._buf = bytearray(4096)
+        self.phase = IDLE
+        self.available = None       # the validated manifest of a newer version, or None
+        self.server_version = ""    # what the server offers (also when it is not newer)
+        self.last_checked = 0       # Unix seconds of the last completed check (0: never, or no clock)
+        self._checked_at = None     # ticks of the last check attempt
+        self.message = ""
+        self.last_error = ""        # reason code of the last failure ("" after a success)
+        self.bad = []               # versions boot.py rolled back
+        self.trial = None           # the journal while a new version proves itself
+        self._req = None
+        self._install_after_check = False
+        self._auto = False
+        self._attempts = {}
+        self._retry_at = None
+        self._check_at = None
+        self._healthy_since = None
+        self._cleanup = []
+        self._plan = None
+        self._hasher = None
+        self._changed = None
+        self._new = None
+        self._writer = None
+        self._dl_path = None
+        self.progress = [0, 0]
+        self._night_day = None
+        self._night_min = None
+        self._now = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self):
+        self.bad = _read_json(BAD) or []
+        result = _read_json(RESULT)
+        if isinstance(result, dict) and result.get("event") == "rolled_back":
+            self.message = ("Update to %s was rolled back to %s: it did not prove healthy within %s boots"
+                            % (result.get("version"), result.get("back_to"), result.get("boots")))
+            self.last_error = "rolled_back"
+            self.state = WARN
+            self._note("error", "ota: %s", self.message)
+        remove_quiet(RESULT)
+        if exists("ota/boot_error"):
+            try:
+                with open("ota/boot_error") as f:
+                    self._note("error", "ota: boot.py failed during the update: %s", f.read())
+            except OSError:
+                pass
+            remove_quiet("ota/boot_error")
+        journal = self._boot.read_journal(self._boot.DriveFs())
+        if journal is not None and journal.get("phase") == "trial":
+            self.trial = journal
+            self.phase = TRIAL
+            if self._led is not None:
+                self._led.set("OTA_ACTIVE")
+            self._note("info", "ota: running %s on trial (boot %s of %s)", journal.get("to"), journal.get("boots"),
+                       self._boot.MAX_TRIAL_BOOTS)
+        elif journal is None:
+            self._queue_cleanup()
+        self._check_at = None
+
+    def stop(self):
+        if self._req is not None:
+            self._req.cancel()
+            self._req = None
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+
+    def _note(self, level, msg, *args):
+        if self._log is not None:
+            getattr(self._log, level)(msg, *args)
+
+    def _url(self):
+        return self._settings.get("ota.url", "") or ""
+
+    # ------------------------------------------------------------------ the API's view
+
+    def check_result(self, now=None):
+        """The GET /ota/check document (aio-wattwaechter's OtaData, plus state and message); starts a check in the
+        background when the last one is older than stale_ms."""
+        now = self._now if now is None else now
+        if self.phase == IDLE and self._url() and (self._checked_at is None
+                                                    or _expired(now, self._checked_at, self.stale_ms)):
+            self.request_check()
+        m = self.available
+        data = {
+            "update_available": m is not None,
+            "version": m["version"] if m is not None else (self.server_version or self.version),
+            "installed_version": self.version,
+            "tag": ("v" + m["version"]) if m is not None else "",
+            "release_date": m["release_date"] if m is not None else "",
+            "release_note_de": m["notes_de"] if m is not None else "",
+            "release_note_en": m["notes_en"] if m is not None else "",
+            "last_checked": self.last_checked,
+            "url": "",
+            "md5": "",
+            "state": self.phase,
+            "message": self.message,
+            "error": self.last_error,
+            "progress": {"bytes": self.progress[0], "total": self.progress[1]},
+            "auto_ota": bool(self._settings.get("autoOta", True)),
+            "rolled_back": list(self.bad),
+        }
+        return {"ok": True, "data": data}
+
+    def start_update(self):
+        """POST /ota/start: install the update the last check found; the answer aio-wattwaechter reads."""
+        if self.phase in (PLANNING, DOWNLOADING, RESTARTING):
+            return {"ok": True, "update_available": True, "message": "Update already running: " + self.message}
+        why = self._install_blocker()
+        if why is not None:
+            if self.available is None and self.phase == IDLE:
+                self.request_check()
+            return {"ok": False, "update_available": self.available is not None, "message": why}
+        self._begin_install(self._now, auto=False)
+        return {"ok": True, "update_available": True,
+                "message": "Installing %s: the device restarts several times within 2 to 3 minutes"
+                           % self.available["version"]}
+
+    def _install_blocker(self):
+        if self.phase == TRIAL:
+            return "The last update is still proving itself; try again in a few minutes"
+        if self.available is None:
+            return "No update available" + (" (" + self.message + ")" if self.message else "")
+        if self.phase != IDLE:
+            return "Busy: " + self.phase
+        if not exists("code.py"):
+            return "The application is not on the drive (host runtime without --app-on-drive): nothing to replace"
+        return None
+
+    def request_check(self, install=False, auto=False):
+        """Check at the next poll; with install, an update found is installed."""
+        self._check_at = self._now
+        self._install_after_check = install
+        self._auto = auto
+
+    # ------------------------------------------------------------------ the loop
+
+    def poll(self, now_ms):
+        self._now = now_ms
+        if self._cleanup:
+            self._cleanup_step()
+            return
+        if self.phase == TRIAL:
+            self._trial_step(now_ms)
+            return
+        if self.phase == CHECKING:
+            self._check_step(now_ms)
+        elif self.phase == PLANNING:
+            self._plan_step(now_ms)
+        elif self.phase == DOWNLOADING:
+            self._download_step(now_ms)
+        elif self.phase == IDLE:
+            self._schedule(now_ms)
+
+    def _schedule(self, now):
+        if self._checked_at is None and self._check_at is None:
+            self._check_at = ticks_add(now, self.first_check_ms)
+        if self._night_due():
+            auto = bool(self._settings.get("autoOta", True))
+            self._note("info", "ota: nightly check (autoOta %s)", "on" if auto else "off")
+            self.request_check(install=auto, auto=True)
+            self._attempts = {}
+        if self._retry_at is not None and not ticks_less(now, self._retry_at):
+            self._retry_at = None
+            self.request_check(install=self._install_after_check, auto=self._auto)
+        if self._check_at is not None and not ticks_less(now, self._check_at):
+            self._check_at = None
+            self._start_check(now)
+
+    def _night_due(self):
+        """True once per local day at the chosen random minute of the night window (needs a synced clock)."""
+        clock = self._clock
+        if clock is None or not clock.synced:
+            return False
+        utc = clock.time()
+        local = clock.local(utc)
+        day, minute = local // 86400, (local % 86400) // 60
+        if self._night_min is None:
+            self._night_min = self.night_start_min + (self._rand(self.night_len_min) if self._rand else 0)
+        if self._night_day == day:
+            return False
+        if self._night_min <= minute < self.night_start_min + self.night_len_min:
+            self._night_day = day
+            self._night_min = self.night_start_min + (self._rand(self.night_len_min) if self._rand else 0)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ check
+
+    def _start_check(self, now):
+        url = self._url()
+        self._checked_at = now
+        if not url:
+            self.message = "Update checks are off (ota.url is empty)"
+            return
+        if url.split("/")[2].split(":")[0].endswith(".invalid"):  # the shipped placeholder: not a failure
+            self.message = "No update server configured (ota.url is the placeholder %s)" % url
+            return
+        self._sink = MemorySink(mf.MAX_MANIFEST_BYTES)
+        self._req = HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
+        self.phase = CHECKING
+
+    def _check_step(self, now):
+        req = self._req
+        if req.poll(now):
+            return
+        self._req = None
+        self.phase = IDLE
+        t = self._clock.time() if self._clock is not None and self._clock.synced else None
+        if req.error is not None:
+            self._failed(now, req.error.reason, "update check failed: " + req.error.message)
+            return
+        try:
+            m = mf.parse_manifest(bytes(self._sink.data))
+        except mf.ManifestError as exc:
+            self._failed(now, "manifest", "update check: bad manifest: %s" % exc)
+            return
+        self._sink = None
+        self.last_checked = t or 0
+        self.server_version = m["version"]
+        if mf.is_newer(m["version"], self.version):
+            self.available = m
+            self.message = "Version %s is available" % m["version"]
+            if self.last_error != "rolled_back":
+                self.last_error = ""
+            bad = m["version"] in self.bad
+            if bad:
+                self.message += " (it was rolled back here before: not installed automatically)"
+            self._note("info", "ota: %s", self.message)
+            if self._install_after_check and not (bad and self._auto):
+                why = self._install_blocker()
+                if why is None and self._attempts.get(m["version"], 0) < self.max_attempts:
+                    self._begin_install(now, auto=self._auto)
+                elif why is not None:
+                    self._note("warning", "ota: not installing: %s", why)
+            elif self._auto:
+                self._note("info", "ota: autoOta is off: %s only reported", m["version"])
+        else:
+            self.available = None
+            self.message = "Up to date (%s; the server offers %s)" % (self.version, m["version"])
+            if self.last_error != "rolled_back":
+                self.last_error = ""
+        self._install_after_check = False
+
+    def _failed(self, now, reason, message):
+        """A failed check or install: the running version is untouched; report and retry later."""
+        self.last_error = reason
+        self.message = message + "; retrying in %d min" % (self.retry_ms // 60000)
+        self.state = WARN
+        self.count("failures")
+        self._note("warning", "ota: %s", self.message)
+        self._retry_at = ticks_add(now, self.retry_ms)
+        self.phase = IDLE
+        if self._led is not None:
+            self._led.set("OTA_ACTIVE", False)
+
+    # ------------------------------------------------------------------ install
+
+    def _begin_install(self, now, auto):
+        m = self.available
+        self._attempts[m["version"]] = self._attempts.get(m["version"], 0) + 1
+        self._install_after_check = True   # a retry after a failure installs again
+        self._auto = auto
+        self.phase = PLANNING
+        self._plan = list(m["files"])
+        self._changed = []
+        self._new = []
+        self._hasher = None
+        self.progress = [0, 0]
+        self.message = "Preparing the update to %s" % m["version"]
+        if self._led is not None:
+            self._led.set("OTA_ACTIVE")
+        self._note("info", "ota: installing %s (%s)", m["version"], "nightly" if auto else "requested")
+        self._queue_cleanup()
+
+    def _plan_step(self, now):
+        """Hash the running files in slices; keep the ones that differ."""
+        for _ in range(self.hash_steps_per_poll):
+            if self._hasher is None:
+                if not self._plan:
+                    self._plan_done(now)
+                    return
+                self._hasher = FileHasher(self._plan[0][0], self._buf)
+            if self._hasher.step():
+                path, size, sha = self._plan.pop(0)
+                h = self._hasher
+                self._hasher = None
+                if h.size is None:
+                    self._new.append(path)
+                if h.size != size or h.sha != sha:
+                    self._changed.append((path, size, sha))
+
+    def _plan_done(self, now):
+        total = 0
+        for _p, size, _s in self._changed:
+            total += size
+        self.progress = [0, total]
+        if not self._changed:
+            self._failed(now, "identical", "the files of %s are already installed" % self.available["version"])
+            return
+        free = self._free_bytes()
+        if free is not None and free < total + self.space_margin:
+            self._failed(now, "drive_full", "not enough space on the drive: %d bytes free, %d needed"
+                         % (free, total + self.space_margin))
+            return
+        self.message = "Downloading %d files (%d bytes) of %s" % (len(self._changed), total,
+                                                                   self.available["version"])
+        self.phase = DOWNLOADING
+        self._dl_index = 0
+
+    def _free_bytes(self):
+        try:
+            st = os.statvfs("/")
+            return st[1] * st[4]  # f_frsize * f_bavail
+        except (OSError, AttributeError):
+            return None
+
+    def _download_step(self, now):
+        if self._req is None:
+            if self._dl_index >= len(self._changed):
+                self._commit(now)
+                return
+            path, size, sha = self._changed[self._dl_index]
+            self._dl_path = STAGE + path
+            try:
+                _makedirs(self._dl_path)
+                f = open(self._dl_path, "wb")
+            except OSError as exc:
+                reason = "drive_full" if exc.args and exc.args[0] == 28 else "drive"
+                self._failed(now, reason, "cannot stage %s: %s" % (path, exc))
+                return
+            self._writer = HashingWriter(f, size, sha, path)
+            url = resolve(self._url(), self.available["base"] + path)
+            self._req = HttpGet(self._pool, url, self._writer, self._buf, self._ssl_factory)
+            self._req_base = self.progress[0]
+        req = self._req
+        running = req.poll(now)
+        self.progress[0] = self._req_base + req.received
+        if running:
+            return
+        self._req = None
+        self._writer = None
+        if req.error is not None:
+            remove_quiet(self._dl_path)
+            err = req.error
+            self._failed(now, err.reason, "download of %s (%s) failed (%s): %s"
+                         % (self._dl_path[len(STAGE):], self.available["version"], err.reason, err.message))
+            return
+        self._dl_index += 1
+
+    def _commit(self, now):
+        """Every changed file is staged and verified: flush, write the journal, restart into boot.py's switch."""
+        m = self.available
+        if self._flush is not None:
+            self._flush("ota")
+        doc = {"phase": "switch", "from": self.version, "to": m["version"],
+               "files": [p for p, _s, _h in self._changed], "new": list(self._new)}
+        fs = self._boot.DriveFs()
+        try:
+            self._boot.write_journal(fs, doc)
+        except OSError as exc:
+            self._boot.drop_journal(fs)
+            self._failed(now, "drive", "cannot write the update journal: %s" % exc)
+            return
+        self.phase = RESTARTING
+        self.message = "Restarting into %s" % m["version"]
+        self._note("info", "ota: %d files of %s staged and verified: restarting to switch", len(self._changed),
+                   m["version"])
+        if self._restart is not None:
+            self._restart("ota")
+
+    # ------------------------------------------------------------------ trial and cleanup
+
+    def _trial_step(self, now):
+        healthy = self._health() if self._health is not None else True
+        if not healthy:
+            self._healthy_since = None
+            return
+        if self._healthy_since is None:
+            self._healthy_since = now
+            return
+        if ticks_diff(now, self._healthy_since) >= self.healthy_after_ms:
+            self._boot.drop_journal(self._boot.DriveFs())
+            self._note("info", "ota: %s proved healthy and is kept", self.trial.get("to"))
+            self.message = "Updated from %s to %s" % (self.trial.get("from"), self.trial.get("to"))
+            self.trial = None
+            self.phase = IDLE
+            self.state = OK
+            if self._led is not None:
+                self._led.set("OTA_ACTIVE", False)
+            self._queue_cleanup()
+
+    def _queue_cleanup(self):
+        """Remove what an earlier update left in ota/stage and ota/prev (only when no journal needs them)."""
+        for top in ("ota/stage", "ota/prev"):
+            if exists(top):
+                self._cleanup.append(top)
+
+    def _cleanup_step(self):
+        """Remove up to remove_per_poll entries, depth first."""
+        for _ in range(self.remove_per_poll):
+            if not self._cleanup:
+                return
+            path = self._cleanup[-1]
+            if _is_dir(path):
+                try:
+                    names = os.listdir(path)
+                except OSError:
+                    names = []
+                if names:
+                    for n in names:
+                        self._cleanup.append(path + "/" + n)
+                    continue
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+            else:
+                remove_quiet(path)
+            self._cleanup.pop()
+
+    def describe(self):
+        d = Module.describe(self)
+        d["phase"] = self.phase
+        d["available"] = self.available["version"] if self.available is not None else None
+        d["last_error"] = self.last_error
+        return d

@@ -1,0 +1,185 @@
+"""Update manifest validation, version order, URL handling, and the streaming SHA-256/size check."""
+
+import hashlib
+import io
+import json
+
+import pytest
+
+from core.url import resolve, split_url
+from services.ota import manifest as m
+from services.ota.stream import DownloadError, FileHasher, HashingWriter, MemorySink
+
+SHA = hashlib.sha256(b"print(1)\n").hexdigest()
+
+
+def doc(**over):
+    d = {"format": 1, "version": "0.2.0", "release_date": "2026-11-30",
+         "notes": {"de": "Neu", "en": "New"},
+         "files": [{"path": "code.py", "size": 9, "sha256": SHA},
+                   {"path": "core/version.py", "size": 9, "sha256": SHA}]}
+    d.update(over)
+    return json.dumps(d).encode()
+
+
+def test_valid_manifest():
+    got = m.parse_manifest(doc())
+    assert got["version"] == "0.2.0" and got["notes_de"] == "Neu" and got["notes_en"] == "New"
+    assert got["files"] == [("code.py", 9, SHA), ("core/version.py", 9, SHA)] and got["total"] == 18
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"version": "1.x"}, "version"),
+    ({"version": 2}, "version"),
+    ({"format": 2}, "format"),
+    ({"files": []}, "files"),
+    ({"files": [{"path": "code.py", "size": 9, "sha256": SHA.upper()}]}, "sha256"),
+    ({"files": [{"path": "code.py", "size": 9, "sha256": SHA[:-1]}]}, "sha256"),
+    ({"files": [{"path": "code.py", "size": -1, "sha256": SHA}]}, "size"),
+    ({"files": [{"path": "code.py", "size": True, "sha256": SHA}]}, "size"),
+    ({"files": [{"path": "code.py", "size": m.MAX_FILE_BYTES + 1, "sha256": SHA}]}, "size"),
+    ({"files": [{"path": "code.py", "size": 9, "sha256": SHA}] * 2}, "twice"),
+    ({"files": [{"path": "boot.py", "size": 9, "sha256": SHA}]}, "anchor"),
+    ({"files": [{"path": "settings.json", "size": 9, "sha256": SHA}]}, "application"),
+    ({"files": [{"path": "history.bin", "size": 9, "sha256": SHA}]}, "application"),
+    ({"files": [{"path": "core/../settings.json", "size": 9, "sha256": SHA}]}, "dot"),
+    ({"files": [{"path": "/code.py", "size": 9, "sha256": SHA}]}, "relative"),
+    ({"files": [{"path": "core/version.py", "size": 9, "sha256": SHA}]}, "code.py missing"),
+    ({"files": [{"path": "code.py", "size": 9, "sha256": SHA}] +
+      [{"path": "web/f%d.js" % i, "size": m.MAX_FILE_BYTES, "sha256": SHA} for i in range(9)]}, "add up"),
+    ({"notes": "x"}, "notes"),
+])
+def test_bad_manifests_are_rejected_with_the_reason(over, needle):
+    with pytest.raises(m.ManifestError) as e:
+        m.parse_manifest(doc(**over))
+    assert needle in str(e.value)
+
+
+def test_not_json_and_too_large():
+    with pytest.raises(m.ManifestError, match="not JSON"):
+        m.parse_manifest(b"<html>")
+    with pytest.raises(m.ManifestError, match="larger"):
+        m.parse_manifest(b" " * (m.MAX_MANIFEST_BYTES + 1))
+
+
+@pytest.mark.parametrize("a,b,newer", [
+    ("0.2.0", "0.1.0", True), ("0.10.0", "0.9.9", True), ("1.0", "1.0.0", False), ("1.0.1", "1.0", True),
+    ("0.1.0", "0.1.0", False), ("0.0.9", "0.1.0", False),
+])
+def test_version_order_is_numeric(a, b, newer):
+    assert m.is_newer(a, b) is newer
+
+
+@pytest.mark.parametrize("url,parts", [
+    ("http://192.168.1.5:8000/ota/manifest.json", ("http", "192.168.1.5", 8000, "/ota/manifest.json")),
+    ("https://updates.example.org/m.json", ("https", "updates.example.org", 443, "/m.json")),
+    ("http://h", ("http", "h", 80, "/")),
+])
+def test_split_url(url, parts):
+    assert split_url(url) == parts
+
+
+@pytest.mark.parametrize("url", ["ftp://h/x", "http://", "http://h:0/", "http://h:99999/", "http://a b/",
+                                 "http://user@h/", "http://h_x/", "x" * 300, 5])
+def test_bad_urls(url):
+    with pytest.raises(ValueError):
+        split_url(url)
+
+
+def test_resolve():
+    assert resolve("http://h:1/ota/manifest.json", "0.2.0/code.py") == "http://h:1/ota/0.2.0/code.py"
+    assert resolve("http://h:1/ota/manifest.json", "/x/y") == "http://h:1/x/y"
+    assert resolve("http://h/ota/m.json", "https://cdn/x") == "https://cdn/x"
+
+
+class Recorder(io.BytesIO):
+    def close(self):
+        self.closed_value = self.getvalue()
+        io.BytesIO.close(self)
+
+
+def stream(data, size, sha, chunks=4):
+    f = Recorder()
+    w = HashingWriter(f, size, sha, "code.py")
+    step = max(1, len(data) // chunks)
+    for i in range(0, len(data), step):
+        w.write(memoryview(data)[i:i + step])
+    w.finish()
+    return f.closed_value
+
+
+def test_streaming_check_accepts_the_announced_file():
+    assert stream(b"print(1)\n", 9, SHA) == b"print(1)\n"
+
+
+@pytest.mark.parametrize("data,size,reason", [
+    (b"print(2)\n", 9, "corrupted"),
+    (b"print(1)", 9, "truncated"),
+    (b"print(1)\n\n", 9, "oversized"),
+])
+def test_streaming_check_rejects(data, size, reason):
+    with pytest.raises(DownloadError) as e:
+        stream(data, size, SHA)
+    assert e.value.reason == reason
+
+
+def test_oversized_stops_before_writing_the_excess():
+    f = Recorder()
+    w = HashingWriter(f, 4, SHA, "x")
+    w.write(b"1234")
+    with pytest.raises(DownloadError):
+        w.write(b"5")
+    assert f.getvalue() == b"1234"
+
+
+def test_full_drive_is_reported_as_such():
+    class Full(io.BytesIO):
+        def write(self, b):
+            raise OSError(28, "ENOSPC")
+
+    with pytest.raises(DownloadError) as e:
+        HashingWriter(Full(), 9, SHA, "code.py").write(b"print")
+    assert e.value.reason == "drive_full"
+
+
+def test_memory_sink_limit():
+    s = MemorySink(4)
+    s.write(b"1234")
+    with pytest.raises(DownloadError):
+        s.write(b"5")
+
+
+def test_file_hasher_in_slices(tmp_path):
+    p = tmp_path / "f"
+    data = bytes(range(256)) * 40
+    p.write_bytes(data)
+    h = FileHasher(str(p), bytearray(1000))
+    steps = 0
+    while not h.step():
+        steps += 1
+    assert steps == 11 and h.size == len(data) and h.sha == hashlib.sha256(data).hexdigest()
+    missing = FileHasher(str(tmp_path / "nope"), bytearray(10))
+    assert missing.step() and missing.size is None
+
+
+def test_manifest_and_streaming_check_inside_micropython():
+    """The same validation and SHA-256 (hashlib.new + binascii.hexlify) inside a real MicroPython VM."""
+    from tools.mpvm import MicroVM
+
+    with MicroVM(packages=("core", "services")) as vm:
+        out, _fuel = vm.run(
+            "from services.ota import manifest as m\n"
+            "from services.ota.stream import HashingWriter, DownloadError\n"
+            "d = m.parse_manifest(%r)\n"
+            "print(d['version'], len(d['files']), m.is_newer('0.10.0', '0.9.1'))\n"
+            "class F:\n"
+            "    def write(self, b): pass\n"
+            "    def close(self): pass\n"
+            "w = HashingWriter(F(), 9, %r, 'code.py')\n"
+            "w.write(memoryview(b'print(1)\\n')[:4]); w.write(memoryview(b'print(1)\\n')[4:])\n"
+            "w.finish(); print('sha ok')\n"
+            "w = HashingWriter(F(), 9, %r, 'code.py')\n"
+            "w.write(b'print(2)\\n')\n"
+            "try:\n    w.finish()\nexcept DownloadError as e:\n    print(e.reason)\n"
+            % (doc().decode(), SHA, SHA))
+    assert out.split() == ["0.2.0", "2", "True", "sha", "ok", "corrupted"]
