@@ -124,14 +124,15 @@ class HardenedMQTT(mm.MQTT):
     # ---------------------------------------------------------------- connecting
 
     def open(self, addr):
-        """Start a non-blocking TCP connect to addr (ip, port); raises OSError/RuntimeError (no socket)."""
+        """Start a non-blocking TCP connect to addr (ip, port): True when already connected; raises
+        OSError/RuntimeError (no socket) or LinkError."""
         self.close()
         pool = self._socket_pool
         sock = pool.socket(pool.AF_INET, pool.SOCK_STREAM)
         self._raw = sock
         self._addr = addr
         sock.setblocking(False)
-        self.connect_step()
+        return self.connect_step()
 
     def connect_step(self):
         """Advance the TCP connect without blocking: True once connected; LinkError when it failed."""

@@ -363,7 +363,7 @@ class MqttService(Module):
                 self._fail(now, ERR_DNS, "cannot resolve %s: %s" % (cfg.host, exc))
                 return
         try:
-            self._mq.open(addr)
+            up = self._mq.open(addr)
         except RuntimeError as exc:  # CircuitPython: "Out of sockets"
             self._fail(now, ERR_NO_SOCKET, "no socket: %s" % exc)
             return
@@ -375,7 +375,7 @@ class MqttService(Module):
         self._tcp_phase = True
         self._deadline = ticks_add(now, self.connect_timeout_ms)
         self.count("connects")
-        if self._mq.connect_step():  # on the host's loopback the connect may be done already
+        if up:  # lwIP returned at once (or the host's loopback did)
             self._tcp_phase = False
             self._start_session(now)
 
