@@ -10,6 +10,7 @@ import threading
 import time
 
 import paho.mqtt.client as paho
+import pytest
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -194,3 +195,29 @@ class Subscriber:
     def close(self):
         self.client.loop_stop()
         self.client.disconnect()
+
+
+def full_backlog_listener():
+    """A port on 127.0.0.1 whose SYNs go unanswered: listen(0), never accept, the one-slot queue filled (Linux
+    drops SYNs to a listener with a full accept queue). Returns (port, things to close)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    held = [srv]
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        held.append(c)
+    time.sleep(0.3)
+    probe = socket.socket()
+    probe.settimeout(1.0)
+    try:
+        probe.connect(("127.0.0.1", port))
+        pytest.skip("this kernel answered a SYN to a full accept queue; no black hole on 127.0.0.1")
+    except (TimeoutError, socket.timeout):
+        pass
+    finally:
+        probe.close()
+    return port, held

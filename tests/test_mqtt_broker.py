@@ -3,7 +3,6 @@ topics, retained discovery, TLS with a CA made here (openssl CLI), broker restar
 credentials and that no falling energy value reaches the broker."""
 
 import json
-import socket
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from core.settings import Settings
 from meter.reading import Reading
 from services.mqtt import service as m
 from services.mqtt.ca_store import CaStore
-from tests.mqtt_peers import Broker, Subscriber, device_ssl, make_ca
+from tests.mqtt_peers import Broker, Subscriber, device_ssl, full_backlog_listener, make_ca
 
 DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
@@ -305,32 +304,6 @@ def test_reconnect_after_a_broker_restart_keeps_the_order(broker, device):
     assert got.index((PREFIX + "/import_total", b"5.001")) < got.index((PREFIX + "/meter", b"online")) \
         < got.index((PREFIX + "/status", b"online"))
     sub.close()
-
-
-def full_backlog_listener():
-    """A port on 127.0.0.1 whose SYNs go unanswered: listen(0), never accept, the one-slot queue filled (Linux
-    drops SYNs to a listener with a full accept queue). Returns (port, things to close)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(0)
-    port = srv.getsockname()[1]
-    held = [srv]
-    for _ in range(4):
-        c = socket.socket()
-        c.setblocking(False)
-        c.connect_ex(("127.0.0.1", port))
-        held.append(c)
-    time.sleep(0.3)
-    probe = socket.socket()
-    probe.settimeout(1.0)
-    try:
-        probe.connect(("127.0.0.1", port))
-        pytest.skip("this kernel answered a SYN to a full accept queue; no black hole on 127.0.0.1")
-    except (TimeoutError, socket.timeout):
-        pass
-    finally:
-        probe.close()
-    return port, held
 
 
 def test_black_holed_broker_before_connecting_never_blocks_a_poll(device):
