@@ -221,3 +221,23 @@ def full_backlog_listener():
     finally:
         probe.close()
     return port, held
+
+
+def stage_minimqtt(root):
+    """Copy adafruit_minimqtt and adafruit_connection_manager into a MicroVM's folder, with the three names this
+    MicroPython build lacks and CircuitPython has or skips: random.randint (minimqtt's made-up client ids, never
+    used by the firmware), and typing / circuitpython_typing.socket (imported by the connection manager unless
+    sys.implementation is circuitpython)."""
+    import adafruit_connection_manager
+    import adafruit_minimqtt
+
+    shutil.copytree(os.path.dirname(adafruit_minimqtt.__file__), os.path.join(root, "adafruit_minimqtt"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(adafruit_connection_manager.__file__, root)
+    with open(os.path.join(root, "random.py"), "w") as f:
+        f.write("def randint(a, b):\n    return a\n")
+    with open(os.path.join(root, "typing.py"), "w") as f:
+        f.write("List = Optional = Tuple = Union = Type = None\n")
+    os.mkdir(os.path.join(root, "circuitpython_typing"))
+    with open(os.path.join(root, "circuitpython_typing", "socket.py"), "w") as f:
+        f.write("CircuitPythonSocketType = InterfaceType = SocketpoolModuleType = SocketType = SSLContextType = None\n")

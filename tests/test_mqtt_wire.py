@@ -507,12 +507,7 @@ def test_stop_leaves_cleanly():
 
 def test_service_runs_inside_micropython():
     """The same session inside MicroPython 1.27, minimqtt included: identical bytes on the wire as under CPython."""
-    import os
-    import shutil
-
-    import adafruit_connection_manager
-    import adafruit_minimqtt
-
+    from tests.mqtt_peers import stage_minimqtt
     from tools.mpvm import MicroVM
 
     script = '''
@@ -595,20 +590,7 @@ print("@@", svc.conn_state, len(pool.s.sent), svc.last_error, svc.last_error_mes
 print("@@", bytes(pool.s.sent).hex())
 '''
     with MicroVM(packages=("core", "meter", "services")) as vm:
-        shutil.copytree(os.path.dirname(adafruit_minimqtt.__file__), os.path.join(vm.root, "adafruit_minimqtt"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(adafruit_connection_manager.__file__, vm.root)
-        # This MicroPython build has no random module (CircuitPython has); minimqtt only needs it for client ids
-        # it makes up, which the service never asks for.
-        with open(os.path.join(vm.root, "random.py"), "w") as f:
-            f.write("def randint(a, b):\n    return a\n")
-        # adafruit_connection_manager imports type names unless sys.implementation is circuitpython.
-        with open(os.path.join(vm.root, "typing.py"), "w") as f:
-            f.write("List = Optional = Tuple = Union = Type = None\n")
-        os.mkdir(os.path.join(vm.root, "circuitpython_typing"))
-        with open(os.path.join(vm.root, "circuitpython_typing", "socket.py"), "w") as f:
-            f.write("CircuitPythonSocketType = InterfaceType = SocketpoolModuleType = SocketType = "
-                    "SSLContextType = None\n")
+        stage_minimqtt(vm.root)
         out, _fuel = vm.run(script)
     lines = [line[3:] for line in out.splitlines() if line.startswith("@@ ")]
     assert lines[0].startswith("CONNECTED"), lines
