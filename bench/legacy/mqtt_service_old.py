@@ -1,4 +1,4 @@
-"""The hand-written MQTT 3.1.1 client the firmware used before adafruit_minimqtt (kept only for bench_mqtt_stall's side-by-side run; not device code)."""
+"""The hand-written MQTT client used before adafruit_minimqtt: kept only for bench_mqtt_stall, not device code."""
 
 # Why not adafruit_minimqtt: its connect() waits for CONNACK (and retries with sleeps) inside one
 # call, loop() blocks at least socket_timeout, ping() waits up to keep_alive for PINGRESP and
