@@ -694,3 +694,21 @@ def test_version_check_and_energy_suppressed_in_describe(monkeypatch):
     r.reading({"1.8.0": (999, 0)})
     r.step(ms=1000, polls=2)
     assert r.svc.describe()["energy_suppressed"] == 1
+
+
+def test_pinned_versions_agree():
+    """requirements.txt (circup, the device), requirements-dev.txt (the host) and the firmware's version check name
+    the same adafruit_minimqtt, and the connection manager it imports is listed for the device too."""
+    import os
+    import re
+
+    from services.mqtt import client as mc
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dev = open(os.path.join(root, "requirements.txt")).read()
+    host = open(os.path.join(root, "requirements-dev.txt")).read()
+    assert re.search(r"^adafruit_minimqtt==%s\b" % re.escape(mc.PINNED_VERSION), dev, re.M)
+    assert re.search(r"^adafruit-circuitpython-minimqtt==%s\b" % re.escape(mc.PINNED_VERSION), host, re.M)
+    cm = re.search(r"^adafruit-circuitpython-connectionmanager==(\S+)", host, re.M).group(1)
+    assert re.search(r"^adafruit_connection_manager==%s\b" % re.escape(cm), dev, re.M)
+    assert mc.VERSION == mc.PINNED_VERSION  # the host runs the pinned release
