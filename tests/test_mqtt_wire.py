@@ -712,3 +712,22 @@ def test_pinned_versions_agree():
     cm = re.search(r"^adafruit-circuitpython-connectionmanager==(\S+)", host, re.M).group(1)
     assert re.search(r"^adafruit_connection_manager==%s\b" % re.escape(cm), dev, re.M)
     assert mc.VERSION == mc.PINNED_VERSION  # the host runs the pinned release
+
+
+def test_dns_only_when_needed():
+    """A dropped connection reconnects to the same address without a DNS query; a failed attempt resolves again."""
+    r = Rig(sendInterval=1)
+    calls = []
+    resolve = r.pool.getaddrinfo
+    r.pool.getaddrinfo = lambda *a: calls.append(a[0]) or resolve(*a)
+    r.connect()
+    assert calls == ["broker.lan"]
+    r.pool.peer_closed = True
+    r.step(ms=10)
+    r.pool.peer_closed = False
+    r.pool.refuse = True
+    r.step(ms=5000, polls=2)  # the retry uses the cached address, and is refused
+    assert calls == ["broker.lan"] and r.svc.last_error == E_NOTCONN
+    r.pool.refuse = False
+    r.step(ms=5000)
+    assert calls == ["broker.lan", "broker.lan"]

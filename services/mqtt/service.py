@@ -480,7 +480,8 @@ class MqttService(Module):
         """Drop the connection and schedule a retry with exponential backoff and jitter."""
         if self._mq is not None:
             self._mq.close()
-        self._addr_cache = None  # the next attempt resolves the name again
+        if self.conn_state != CONNECTED:
+            self._addr_cache = None  # an attempt failed: the next one resolves the name again
         self._set_error(code, msg)
         self.attempts += 1
         self.count("failures")
