@@ -731,3 +731,21 @@ def test_dns_only_when_needed():
     r.pool.refuse = False
     r.step(ms=5000)
     assert calls == ["broker.lan", "broker.lan"]
+
+
+def test_a_new_connection_sends_the_current_reading_before_going_online():
+    """The old connection may have dropped before its values reached the broker: the same reading goes out once
+    more on the new connection, before `meter online` and `status online`."""
+    r = Rig(sendInterval=60)
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    r.pool.peer_closed = True
+    r.step(ms=10)
+    r.pool.peer_closed = False
+    r.step(ms=5000, polls=2)
+    r.connack()
+    r.step(polls=20)
+    pubs = publishes(r.pool.sock.sent)
+    topics = [t for t, _p, _r in pubs]
+    assert topics.index(PREFIX + "/import_total") < topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/status")
+    assert pubs[-1] == (PREFIX + "/status", "online", True)

@@ -110,7 +110,6 @@ class MqttService(Module):
         self._settings_ring = bus.subscribe("settings", 4)
         self.floor = energy_floor if energy_floor is not None else EnergyFloor()
         self.codes_seen = []        # codes the meter has sent: announced on every connection, kept across them
-        self._sent_reading = None   # the last reading published: never sent twice (kept across connections)
         self._cfg = None
         self._mq = None             # client.HardenedMQTT of the current configuration
         self._ssl_ctx = None
@@ -140,6 +139,9 @@ class MqttService(Module):
         self._connected_at = 0
         self._announced = []
         self._meter_online = None   # what the meter availability topic says on this connection
+        # A new connection sends the current reading again before `meter online`: the broker may have missed
+        # the last one (dropped with the old connection, or forgotten in a broker restart).
+        self._sent_reading = None
         self._next_tele = 0
         self._lang = "de"
         self._device_name = ""
@@ -270,29 +272,31 @@ class MqttService(Module):
         self._pump(now)
 
     def _publish_meter(self, now):
-        """Meter availability and telemetry. A reading is published once (a silent meter's last reading is not
-        sent again while it goes stale), and fresh values go out before `meter online`, so Home Assistant never
-        shows the values retained from before as current."""
+        """Meter availability and telemetry. A reading is published once per connection (a silent meter's last
+        reading is not sent again while it goes stale), and fresh values go out before `meter online`, so Home
+        Assistant never shows the values retained from before as current."""
         reading = self._bus.latest("reading")
         online = reading is not None
         fresh = online and reading is not self._sent_reading
         if online != self._meter_online:
-            self._meter_online = online
             if online:
-                if fresh:
-                    self._telemetry(now, reading)
+                if fresh and not self._telemetry(now, reading):
+                    return  # no room for the fresh values: the meter stays as it is until they fit
+                self._meter_online = True
                 self._queue.append(("pub", ha.meter_topic(self._cfg.prefix), ha.ONLINE, True))
             else:
+                self._meter_online = False
                 # At once, not at the next interval: a stale meter must not look alive.
                 self._queue.append(("pub", ha.meter_topic(self._cfg.prefix), ha.OFFLINE, True))
         elif fresh and not ticks_less(now, self._next_tele):
             self._telemetry(now, reading)
 
     def _telemetry(self, now, reading):
-        """Queue discovery for codes seen first, each value, then the JSON state (all retained)."""
+        """Queue discovery for codes seen first, each value, then the JSON state (all retained); False when the
+        queue is too long to take them."""
         if len(self._queue) > self.queue_max:
             self.count("telemetry_skipped")  # the broker is slower than the interval: keep memory bounded
-            return
+            return False
         self._next_tele = ticks_add(now, self._cfg.interval * 1000)
         self._sent_reading = reading
         values = reading.values
@@ -314,6 +318,7 @@ class MqttService(Module):
             self._queue.append(("pub", ha.value_topic(prefix, code), ha.value_text(code, mv[0], mv[1]), True))
         self._queue.append(("pub", ha.state_topic(prefix), ha.state_json(values, sent), True))
         self.count("telemetry")
+        return True
 
     def _pump(self, now):
         """Move queued messages into the client's outbox while it is empty, a few per poll."""
