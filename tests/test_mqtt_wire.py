@@ -749,3 +749,13 @@ def test_a_new_connection_sends_the_current_reading_before_going_online():
     topics = [t for t, _p, _r in pubs]
     assert topics.index(PREFIX + "/import_total") < topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/status")
     assert pubs[-1] == (PREFIX + "/status", "online", True)
+
+
+def test_a_qos2_publish_from_the_broker_is_a_protocol_error_not_a_crash():
+    """minimqtt asserts on an incoming QoS 2 PUBLISH (we subscribe at QoS 0, a broker must not send one)."""
+    r = Rig()
+    r.connect()
+    body = b"\x00\x14homeassistant/status\x00\x07online"
+    r.pool.sock.inbox += bytes((0x34, len(body))) + body
+    r.step()
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PROTOCOL

@@ -345,7 +345,7 @@ class HardenedMQTT(mm.MQTT):
         if kind == _T_PUBLISH or kind == _T_PINGRESP:
             try:
                 mm.MQTT._wait_for_msg(self)  # minimqtt parses it and calls on_message for a PUBLISH
-            except (mm.MMQTTException, ValueError, UnicodeError, IndexError) as exc:
+            except (mm.MMQTTException, ValueError, UnicodeError, IndexError, AssertionError) as exc:
                 raise LinkError(ERR_PROTOCOL, "malformed packet from broker: %s" % exc)
             if kind == _T_PINGRESP and self.on_pingresp is not None:
                 self.on_pingresp()
