@@ -226,7 +226,8 @@ def test_a_broker_that_drops_syns_never_stalls_the_loop(tmp_path):
         seen = []
         alive = rounds = 0
         end = time.monotonic() + 40
-        while time.monotonic() < end and not (seen.count("CONNECTING") >= 3 and 116 in [e for _s, e in seen]):
+        while time.monotonic() < end and not ([s for s, _e in seen].count("CONNECTING") >= 3
+                                               and 116 in [e for _s, e in seen]):
             rounds += 1
             r = requests.get(h.url + "/api/v1/system/alive", timeout=10)
             alive += r.status_code == 200 and r.json()["alive"] is True
