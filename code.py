@@ -218,6 +218,7 @@ def build():
         import ssl
     except ImportError:  # a build without ssl: TLS brokers fail with a clear last_error, plain ones work
         ssl = None
+    from services.metering.energy_floor import EnergyFloor
     from services.mqtt import routes as mqtt_routes
     from services.mqtt.ca_store import CaStore
     from services.mqtt.service import MqttService
@@ -231,9 +232,12 @@ def build():
             return None
         return "http://%s/" % ip if mqtt_web_port == 80 else "http://%s:%d/" % (ip, mqtt_web_port)
 
+    # One energy floor for everything that hands out totals: MQTT and GET /history/latest (the REST API).
+    app.energy_floor = EnergyFloor()
     app.mqtt = sup.add(MqttService(pool, bus, settings, app.device_id,
                                    ssl_context=ssl.create_default_context if ssl is not None else None,
-                                   ca_store=CaStore(CA_PATH), web_url=mqtt_web_url, log=log))
+                                   ca_store=CaStore(CA_PATH), web_url=mqtt_web_url, log=log,
+                                   energy_floor=app.energy_floor))
     routes.append(mqtt_routes)
     # --- end mqtt ---
 

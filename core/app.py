@@ -16,6 +16,7 @@ class App:
         self.ir_head = None     # raw ring for /logs/rawdump
         self.history = None
         self.mqtt = None
+        self.energy_floor = None  # services.metering.energy_floor.EnergyFloor: one rule for MQTT and the REST API
         self.modbus = None
         self.radio = None       # wifi.radio
         self.wifi = None        # drivers.radio.WifiManager: profiles, access point, scans

@@ -294,8 +294,9 @@ NETWORK_DEADLINES = (
     ("core.supervisor", "Supervisor", ("warn_poll_ms",)),
     ("services.api.server", "HardenedServer", ("recv_deadline_ms", "send_deadline_ms", "drain_ms", "stall_ms",
                                                 "send_stall_ms")),
-    ("services.mqtt.service", "MqttService", ("connack_timeout_ms", "ping_every_ms", "ping_timeout_ms", "send_stall_ms",
-                                      "backoff_first_ms", "backoff_max_ms", "stable_ms")),
+    ("services.mqtt.service", "MqttService", ("connect_timeout_ms", "connack_timeout_ms", "ping_every_ms",
+                                              "ping_timeout_ms", "send_stall_ms", "backoff_first_ms",
+                                              "backoff_max_ms", "stable_ms")),
     ("services.modbus.server", "ModbusServer", ("idle_ms",)),
     ("core.clock", "Clock", ("TIMEOUT_MS", "RETRY_MS", "RETRY_MAX_MS")),
     # A phone writing Improv frames: a split frame must be complete within partial_ms of real time.

@@ -10,6 +10,7 @@ import threading
 import time
 
 import paho.mqtt.client as paho
+import pytest
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -194,3 +195,49 @@ class Subscriber:
     def close(self):
         self.client.loop_stop()
         self.client.disconnect()
+
+
+def full_backlog_listener():
+    """A port on 127.0.0.1 whose SYNs go unanswered: listen(0), never accept, the one-slot queue filled (Linux
+    drops SYNs to a listener with a full accept queue). Returns (port, things to close)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    held = [srv]
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        held.append(c)
+    time.sleep(0.3)
+    probe = socket.socket()
+    probe.settimeout(1.0)
+    try:
+        probe.connect(("127.0.0.1", port))
+        pytest.skip("this kernel answered a SYN to a full accept queue; no black hole on 127.0.0.1")
+    except (TimeoutError, socket.timeout):
+        pass
+    finally:
+        probe.close()
+    return port, held
+
+
+def stage_minimqtt(root):
+    """Copy adafruit_minimqtt and adafruit_connection_manager into a MicroVM's folder, with the three names this
+    MicroPython build lacks and CircuitPython has or skips: random.randint (minimqtt's made-up client ids, never
+    used by the firmware), and typing / circuitpython_typing.socket (imported by the connection manager unless
+    sys.implementation is circuitpython)."""
+    import adafruit_connection_manager
+    import adafruit_minimqtt
+
+    shutil.copytree(os.path.dirname(adafruit_minimqtt.__file__), os.path.join(root, "adafruit_minimqtt"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(adafruit_connection_manager.__file__, root)
+    with open(os.path.join(root, "random.py"), "w") as f:
+        f.write("def randint(a, b):\n    return a\n")
+    with open(os.path.join(root, "typing.py"), "w") as f:
+        f.write("List = Optional = Tuple = Union = Type = None\n")
+    os.mkdir(os.path.join(root, "circuitpython_typing"))
+    with open(os.path.join(root, "circuitpython_typing", "socket.py"), "w") as f:
+        f.write("CircuitPythonSocketType = InterfaceType = SocketpoolModuleType = SocketType = SSLContextType = None\n")

@@ -15,7 +15,7 @@ from core.settings import Settings
 from meter.reading import Reading
 from services.mqtt import service as m
 from services.mqtt.ca_store import CaStore
-from tests.mqtt_peers import Broker, Subscriber, device_ssl, make_ca
+from tests.mqtt_peers import Broker, Subscriber, device_ssl, full_backlog_listener, make_ca
 
 DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
@@ -227,3 +227,102 @@ def test_a_restarted_device_never_undercuts_the_retained_total(broker, device):
     second.reading({"1.8.0": (6000, 0)})
     sub.wait_for(lambda t, p: p == b"6.000", idle=second.tick)
     sub.close()
+
+
+def ha_violations(messages, old, before):
+    """Replay messages (topic, payload, ...) as Home Assistant sees them, starting from before (the view
+    {topic: payload} when the replay starts): every moment a sensor is shown (status and meter both online,
+    availability_mode all) while its value is one of old."""
+    view = dict(before)
+    bad = []
+    for i, msg in enumerate(messages):
+        view[msg[0]] = msg[1]
+        if view.get(PREFIX + "/status") == b"online" and view.get(PREFIX + "/meter") == b"online":
+            for topic, payload in old.items():
+                if view.get(topic) == payload:
+                    bad.append((i, topic, payload))
+    return bad
+
+
+def crash():
+    """The device dies: its sockets close without DISCONNECT, so the broker publishes the last will."""
+    socketpool.drop_all()
+
+
+def view_of(messages):
+    view = {}
+    for msg in messages:
+        view[msg[0]] = msg[1]
+    return view
+
+
+@pytest.mark.parametrize("meter_after_reboot", ["stale", "fresh"])
+def test_reboot_never_shows_the_old_values_as_current(broker, device, meter_after_reboot):
+    sub = Subscriber(broker.port, topics=(PREFIX + "/#",), client_id="order-" + meter_after_reboot)
+    first = device(port=broker.port, sendInterval=1)
+    first.reading({"1.8.0": (5000, 0), "16.7.0": (1234, 0)})
+    first.run(until=first.connected)
+    sub.wait_for(lambda t, p: t == PREFIX + "/status" and p == b"online", idle=first.tick)
+    first.run(0.3)
+    crash()
+    sub.wait_for(lambda t, p: t == PREFIX + "/status" and p == b"offline")  # the will
+    n = len(sub.snapshot())
+    before = view_of(sub.snapshot()[:n])
+    assert before[PREFIX + "/meter"] == b"online" and before[PREFIX + "/import_total"] == b"5.000"
+    second = device(port=broker.port, sendInterval=1)
+    if meter_after_reboot == "fresh":
+        second.reading({"1.8.0": (6000, 0), "16.7.0": (999, 0)})
+    second.run(until=second.connected)
+    sub.wait_for(lambda t, p: t == PREFIX + "/status" and p == b"online", idle=second.tick)
+    second.run(0.3)
+    after = [(t, p) for t, p, _r, _ts in sub.snapshot()[n:]]
+    old = {PREFIX + "/import_total": b"5.000", PREFIX + "/power": b"1234"}
+    assert ha_violations(after, old, before) == []
+    online = after.index((PREFIX + "/status", b"online"))
+    if meter_after_reboot == "stale":
+        assert after.index((PREFIX + "/meter", b"offline")) < online
+    else:
+        assert after.index((PREFIX + "/import_total", b"6.000")) < after.index((PREFIX + "/meter", b"online")) \
+            < online
+    sub.close()
+
+
+def test_reconnect_after_a_broker_restart_keeps_the_order(broker, device):
+    """The broker restarts (its retained store survives in memory only while it runs: mosquitto without
+    persistence forgets it), the device reconnects: status online is the last availability message."""
+    dev = device(port=broker.port, sendInterval=1)
+    dev.reading({"1.8.0": (5000, 0)})
+    dev.run(until=dev.connected)
+    broker.stop()
+    dev.run(until=lambda: dev.svc.conn_state == m.WAIT_RETRY)
+    broker.start()
+    sub = Subscriber(broker.port, topics=(PREFIX + "/#",), client_id="order-restart")
+    dev.reading({"1.8.0": (5001, 0)})
+    dev.run(until=dev.connected, timeout=20)
+    sub.wait_for(lambda t, p: t == PREFIX + "/status" and p == b"online", idle=dev.tick)
+    got = [(t, p) for t, p, _r, _ts in sub.snapshot()]
+    assert got.index((PREFIX + "/import_total", b"5.001")) < got.index((PREFIX + "/meter", b"online")) \
+        < got.index((PREFIX + "/status", b"online"))
+    sub.close()
+
+
+def test_black_holed_broker_before_connecting_never_blocks_a_poll(device):
+    port, held = full_backlog_listener()
+    try:
+        dev = device(port=port)
+        dev.svc.connect_timeout_ms = 1500
+        polls_while_connecting = 0
+        end = time.monotonic() + 10
+        while time.monotonic() < end and dev.svc.conn_state != m.WAIT_RETRY:
+            dev.tick()
+            if dev.svc.conn_state == m.CONNECTING:
+                polls_while_connecting += 1
+        # Every poll came back while the SYN was unanswered (the old client blocked inside one poll instead).
+        assert polls_while_connecting >= 10
+        st = dev.svc.status()
+        assert st["state"] == "WAIT_RETRY" and st["last_error"] == m.ERR_CONNECT_TIMEOUT
+        assert "no TCP connection" in st["last_error_message"]
+        assert socketpool.open_count() == 0  # the attempt's socket is closed
+    finally:
+        for s in held:
+            s.close()

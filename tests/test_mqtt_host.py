@@ -13,7 +13,7 @@ from aio_wattwaechter import Wattwaechter
 from aio_wattwaechter.exceptions import WattwaechterNotFoundError, WattwaechterRateLimitError
 
 from tests.hostproc import HostProcess
-from tests.mqtt_peers import Subscriber
+from tests.mqtt_peers import Subscriber, full_backlog_listener
 
 pytestmark = pytest.mark.slow
 DEV = "024d50000001"   # the host runtime's MAC
@@ -214,3 +214,36 @@ def test_orderly_stop_says_offline_before_leaving(tmp_path, broker):
     finally:
         s.close()
     assert "Client meterplus-%s disconnected." % DEV in broker.log()  # DISCONNECT sent, not a dropped socket
+
+
+def test_a_broker_that_drops_syns_never_stalls_the_loop(tmp_path):
+    """mqtt.host answers no SYN (a full accept queue on 127.0.0.1): the firmware keeps answering HTTP while the
+    TCP connect is under way (the hand-written client blocked the whole loop inside that connect, so no request
+    could ever see the CONNECTING state), and /system/info shows the mqtt section with energy_suppressed."""
+    port, held = full_backlog_listener()
+    h = HostProcess(tmp_path / "drive", settings={"mqtt": {"enable": True, "host": "127.0.0.1", "port": port}})
+    try:
+        h.start()
+        seen = []
+        alive = rounds = 0
+        end = time.monotonic() + 40
+        while time.monotonic() < end and not ([s for s, _e in seen].count("CONNECTING") >= 3
+                                               and 116 in [e for _s, e in seen]):
+            rounds += 1
+            r = requests.get(h.url + "/api/v1/system/alive", timeout=10)
+            alive += r.status_code == 200 and r.json()["alive"] is True
+            code, st, _h = h.get("/api/v1/mqtt/status")
+            if code == 200:
+                seen.append((st["state"], st["last_error"]))
+            time.sleep(1.0)  # two requests a second stay under the API's 25 per 10 s
+        states = [s for s, _e in seen]
+        assert states.count("CONNECTING") >= 3, seen  # answered while the connect was pending
+        assert (("WAIT_RETRY", 116) in seen or ("CONNECTING", 116) in seen), seen  # then timed out and retried
+        assert alive == rounds
+        code, info, _h = h.get("/api/v1/system/info")
+        mqtt = {e["name"]: e["value"] for e in info["mqtt"]}
+        assert mqtt["energy_suppressed"] == 0 and mqtt["conn"] in ("CONNECTING", "WAIT_RETRY")
+    finally:
+        h.stop()
+        for s in held:
+            s.close()

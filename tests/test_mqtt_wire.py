@@ -16,30 +16,46 @@ DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
 
 
+E_TIMEDOUT, E_ALREADY, E_ISCONN, E_NOTCONN = 116, 120, 127, 128  # what the device's lwIP raises (newlib numbers)
+
+
 class FakeSock:
-    """socketpool.Socket as the device has it: send may take part, EAGAIN when non-blocking and nothing to do."""
+    """socketpool.Socket as the device has it: a non-blocking connect raises ETIMEDOUT and goes on (EALREADY,
+    then EISCONN, or ENOTCONN when it failed); send may take part; EAGAIN when there is nothing to do."""
 
     def __init__(self, pool):
         self.pool = pool
         self.sent = bytearray()
         self.inbox = bytearray()
+        self.blocking = []
         self.timeouts = []
         self.closed = False
         self.connected_to = None
+        self.connect_calls = 0
         self.take = pool.take        # bytes accepted per send call (None = all)
-        self.refuse = pool.refuse
         self.auto_pong = True        # answer every PINGREQ, as a live broker does
         self._parsed = 0
 
     def settimeout(self, t):
         self.timeouts.append(t)
 
+    def setblocking(self, flag):
+        self.blocking.append(flag)
+
     def connect(self, addr):
-        if self.refuse:
-            raise OSError(errno.ECONNREFUSED, "ECONNREFUSED")
+        assert self.blocking == [False], "connect on a blocking socket"
+        self.connect_calls += 1
+        if self.connect_calls == 1:
+            raise OSError(E_TIMEDOUT, "ETIMEDOUT")  # in progress
+        if self.pool.syn_dropped:
+            raise OSError(E_ALREADY, "EALREADY")
+        if self.pool.refuse:
+            raise OSError(E_NOTCONN, "ENOTCONN")
         self.connected_to = addr
+        raise OSError(E_ISCONN, "EISCONN")
 
     def send(self, data):
+        assert self.connected_to is not None
         if self.pool.blocked:
             raise OSError(errno.EAGAIN, "EAGAIN")
         n = len(data) if self.take is None else min(self.take, len(data))
@@ -72,10 +88,10 @@ class FakeSock:
 
     def recv_into(self, buf, n=0):
         if self.pool.peer_closed:
-            raise OSError(128, "ENOTCONN")
+            raise OSError(E_NOTCONN, "ENOTCONN")
         if not self.inbox:
             raise OSError(errno.EAGAIN, "EAGAIN")
-        k = min(len(buf), len(self.inbox))
+        k = min(n or len(buf), len(self.inbox))
         buf[:k] = self.inbox[:k]
         del self.inbox[:k]
         return k
@@ -92,6 +108,7 @@ class FakePool:
         self.socks = []
         self.take = None
         self.refuse = False
+        self.syn_dropped = False
         self.blocked = False
         self.peer_closed = False
 
@@ -108,6 +125,27 @@ class FakePool:
     @property
     def sock(self):
         return self.socks[-1]
+
+
+def _field(s):
+    b = s.encode() if isinstance(s, str) else s
+    return bytes((len(b) >> 8, len(b) & 0xFF)) + b
+
+
+def _remaining(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def publish_packet(topic, payload, retain=False):
+    """A QoS 0 PUBLISH as the broker sends it (written out here, independent of the firmware's client)."""
+    body = _field(topic) + (payload.encode() if isinstance(payload, str) else payload)
+    return bytes((0x31 if retain else 0x30,)) + _remaining(len(body)) + body
 
 
 def packets(data):
@@ -142,9 +180,9 @@ def publishes(data):
 
 
 class Rig:
-    """Service, bus, settings and a stepped clock."""
+    """Service, bus, settings and a stepped clock (wrapping like adafruit_ticks)."""
 
-    def __init__(self, **mqtt):
+    def __init__(self, now=1000, **mqtt):
         self.pool = FakePool()
         self.bus = Bus()
         self.settings = Settings()
@@ -154,19 +192,19 @@ class Rig:
         self.rand = [b"\x00\x00"]
         self.svc = m.MqttService(self.pool, self.bus, self.settings, DEV, web_url=lambda: "http://10.0.0.5/",
                                  rand=lambda n: self.rand[0])
-        self.now = 1000
+        self.now = now
         self.svc.start()
 
     def step(self, ms=0, polls=1):
         for _ in range(polls):
-            self.now += ms
+            self.now = (self.now + ms) % TICKS_PERIOD
             self.svc.poll(self.now)
 
     def connack(self, rc=0):
         self.pool.sock.inbox += bytes((0x20, 2, 0, rc))
 
     def connect(self):
-        self.step()
+        self.step(polls=2)  # TCP connect started, then done: CONNECT queued
         self.connack()
         self.step(polls=10)
 
@@ -174,21 +212,32 @@ class Rig:
         self.bus.publish("reading", Reading(self.now, values))
 
 
+TICKS_PERIOD = 1 << 29
+
+
 def test_connect_packet_exact_bytes():
-    pkt = m.connect_packet("cid", "p/status", "offline", "u", "pw", 60)
+    r = Rig(user="u", password="pw", client_id="cid", topic_prefix="p")
+    r.step(polls=2)
+    pkt = bytes(r.pool.sock.sent)
+    # minimqtt's CONNECT: clean session, retained QoS 0 last will "offline" on <prefix>/status, user and password.
     assert pkt == (b"\x10\x29" + b"\x00\x04MQTT\x04" + bytes((0x02 | 0x04 | 0x20 | 0x80 | 0x40,)) + b"\x00\x3c"
                    + b"\x00\x03cid" + b"\x00\x08p/status" + b"\x00\x07offline" + b"\x00\x01u" + b"\x00\x02pw")
     # No user: neither user nor password flag (MQTT 3.1.1 forbids a password without a user).
-    pkt = m.connect_packet("c", "t", "offline", "", "pw", 60)
-    assert pkt[9] == 0x26 and pkt.endswith(b"\x00\x07offline")
+    r = Rig(password="pw", client_id="c", topic_prefix="t")
+    r.step(polls=2)
+    pkt = bytes(r.pool.sock.sent)
+    assert pkt[9] == 0x26 and pkt.endswith(b"\x00\x08t/status\x00\x07offline")
 
 
 def test_publish_and_subscribe_exact_bytes():
-    assert m.publish_packet("a/b", "1.5", True) == b"\x31\x08\x00\x03a/b1.5"
-    assert m.publish_packet("a/b", "x", False)[0] == 0x30
-    long = m.publish_packet("t", "x" * 200, False)
-    assert long[1:3] == bytes((0x80 | (203 & 0x7F), 203 >> 7))  # remaining length in two bytes
-    assert m.subscribe_packet(1, "homeassistant/status") == b"\x82\x19\x00\x01\x00\x14homeassistant/status\x00"
+    r = Rig(topic_prefix="a")
+    r.reading({"16.7.0": (15, -1)})
+    r.connect()
+    pk = packets(r.pool.sock.sent)
+    wire = [bytes((h,)) + _remaining(len(b)) + b for h, b in pk]
+    assert b"\x31\x0c\x00\x07a/power1.5" in wire
+    assert b"\x82\x19\x00\x01\x00\x14homeassistant/status\x00" in wire  # SUBSCRIBE pid 1, QoS 0
+    assert b"\xc0\x00" in wire
 
 
 def test_session_sequence_on_the_wire():
@@ -196,21 +245,25 @@ def test_session_sequence_on_the_wire():
     r.reading({"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1)})
     r.step()
     s = r.pool.sock
+    assert s.blocking == [False] and s.timeouts == [] and not s.sent  # non-blocking connect under way
+    assert r.svc.conn_state == m.CONNECTING
+    r.step()
     assert s.connected_to == ("10.0.0.9", 1883)
-    assert s.timeouts == [m.MqttService.connect_timeout_s, 0]  # bounded blocking connect, then non-blocking
     first = packets(s.sent)
     assert len(first) == 1 and first[0][0] == 0x10 and b"meterplus-" + DEV.encode() in first[0][1]
-    assert r.svc.conn_state == m.CONNECTING
     r.connack()
     r.step(polls=10)
     assert r.svc.conn_state == m.CONNECTED
     kinds = [h & 0xF0 for h, _ in packets(s.sent)]
-    assert kinds[:3] == [0x10, 0x30, 0x80]  # CONNECT, online, SUBSCRIBE homeassistant/status
+    # CONNECT, SUBSCRIBE homeassistant/status, SUBSCRIBE <prefix>/+ (retained totals), PINGREQ, UNSUBSCRIBE
+    assert kinds[:5] == [0x10, 0x80, 0x80, 0xC0, 0xA0]
     pubs = publishes(s.sent)
-    assert pubs[0] == (PREFIX + "/status", "online", True)
     topics = [p[0] for p in pubs]
-    assert topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/import_total")
+    # Fresh values before the meter goes online, and the device's status online last of all.
+    assert topics.index(PREFIX + "/import_total") < topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/status")
+    assert pubs[-1] == (PREFIX + "/status", "online", True)
     vals = {t: (p, ret) for t, p, ret in pubs}
+    assert vals[PREFIX + "/meter"] == ("online", True)
     assert vals[PREFIX + "/import_total"] == ("12345.6789", True)
     assert vals[PREFIX + "/export_total"] == ("5.000", True)
     assert vals[PREFIX + "/power"] == ("-234.5", True)
@@ -291,14 +344,15 @@ def test_stale_meter_makes_sensors_unavailable_at_once():
     r.reading({"1.8.0": (1001, 0)})
     r.step(ms=5, polls=5)
     pubs = publishes(r.pool.sock.sent[n:])
-    assert pubs[0] == (PREFIX + "/meter", "online", True)
-    assert (PREFIX + "/import_total", "1.001", True) in pubs  # fresh values right away, not after 60 s
+    # Fresh values right away (not after 60 s) and before `meter online`: HA never shows 1.000 as current.
+    assert pubs[0] == (PREFIX + "/import_total", "1.001", True)
+    assert pubs[-1] == (PREFIX + "/meter", "online", True)
 
 
-def test_no_reading_at_connect_announces_offline_meter():
+def test_no_reading_at_connect_announces_offline_meter_before_status_online():
     r = Rig()
     r.connect()
-    assert (PREFIX + "/meter", "offline", True) in publishes(r.pool.sock.sent)
+    assert publishes(r.pool.sock.sent) == [(PREFIX + "/meter", "offline", True), (PREFIX + "/status", "online", True)]
 
 
 def test_ha_birth_republishes_discovery_and_other_topics_are_ignored():
@@ -306,11 +360,11 @@ def test_ha_birth_republishes_discovery_and_other_topics_are_ignored():
     r.reading({"1.8.0": (1000, 0), "16.7.0": (5, 0)})
     r.connect()
     n = len(r.pool.sock.sent)
-    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "offline", True)
-    r.pool.sock.inbox += m.publish_packet("homeassistant/other", "online", False)
+    r.pool.sock.inbox += publish_packet("homeassistant/status", "offline", True)
+    r.pool.sock.inbox += publish_packet("homeassistant/other", "online", False)
     r.step(polls=3)
     assert not publishes(r.pool.sock.sent[n:])
-    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "online", False)
+    r.pool.sock.inbox += publish_packet("homeassistant/status", "online", False)
     r.step(polls=5)
     topics = [t for t, _, _ in publishes(r.pool.sock.sent[n:])]
     assert topics == [ha.config_topic("homeassistant", DEV, "1.8.0"), ha.config_topic("homeassistant", DEV, "16.7.0")]
@@ -334,7 +388,7 @@ def test_keepalive_ping_and_dead_broker_detection():
 
 def test_connack_timeout_does_not_block_and_backs_off():
     r = Rig()
-    r.step()
+    r.step(polls=2)
     assert r.svc.conn_state == m.CONNECTING
     r.step(ms=m.MqttService.connack_timeout_ms + 1)
     st = r.svc.status()
@@ -348,8 +402,8 @@ def test_backoff_doubles_to_five_minutes_with_jitter(rand):
     r.pool.refuse = True
     delays = []
     for _ in range(14):
-        r.step()
-        assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == errno.ECONNREFUSED
+        r.step(polls=2)
+        assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == E_NOTCONN  # lwIP: refused or unreachable
         d = r.svc._retry_at - r.now
         delays.append(d)
         r.step(ms=d - 1)
@@ -365,7 +419,7 @@ def test_backoff_doubles_to_five_minutes_with_jitter(rand):
 
 def test_refused_credentials_wait_the_longest():
     r = Rig(user="u", password="bad")
-    r.step()
+    r.step(polls=2)
     r.connack(5)
     r.step()
     st = r.svc.status()
@@ -397,7 +451,7 @@ def test_language_change_applies_from_the_next_connection():
     r.bus.publish("settings", ["language.active"])
     r.step(polls=3)
     assert len(r.pool.socks) == 1  # no reconnect for a language change
-    r.pool.sock.inbox += m.publish_packet("homeassistant/status", "online", False)
+    r.pool.sock.inbox += publish_packet("homeassistant/status", "online", False)
     r.step(polls=5)
     names = [json.loads(p)["name"] for t, p, _ in publishes(r.pool.sock.sent) if t.endswith("/config")]
     assert names == ["Bezug gesamt", "Bezug gesamt"]
@@ -434,7 +488,7 @@ def test_disabled_by_default():
 def test_incoming_garbage_and_oversized_packets():
     r = Rig()
     r.connect()
-    big = m.publish_packet("homeassistant/status", "x" * 2000, False)
+    big = publish_packet("homeassistant/status", "x" * 2000, False)
     r.pool.sock.inbox += big + b"\xd0\x00"
     r.step(polls=20)
     assert r.svc.conn_state == m.CONNECTED and r.svc.counters["rx_skipped"] == 1
@@ -452,7 +506,8 @@ def test_stop_leaves_cleanly():
 
 
 def test_service_runs_inside_micropython():
-    """The same session inside MicroPython 1.27: identical bytes on the wire as under CPython."""
+    """The same session inside MicroPython 1.27, minimqtt included: identical bytes on the wire as under CPython."""
+    from tests.mqtt_peers import stage_minimqtt
     from tools.mpvm import MicroVM
 
     script = '''
@@ -466,10 +521,12 @@ class S:
     def __init__(self):
         self.sent = bytearray()
         self.inbox = bytearray()
-    def settimeout(self, t):
+        self.calls = 0
+    def setblocking(self, flag):
         pass
     def connect(self, a):
-        pass
+        self.calls += 1
+        raise OSError(116 if self.calls == 1 else 127)
     def send(self, d):
         n = min(5, len(d))
         self.sent.extend(bytes(d[:n]))
@@ -499,7 +556,7 @@ class S:
     def recv_into(self, b, n=0):
         if not self.inbox:
             raise OSError(errno.EAGAIN)
-        k = min(len(b), len(self.inbox))
+        k = min(n or len(b), len(self.inbox))
         b[:k] = self.inbox[:k]
         self.inbox = self.inbox[k:]
         return k
@@ -525,18 +582,18 @@ svc.start()
 bus.publish("reading", Reading(0, {"1.8.0": (123456789, -1), "16.7.0": (-2345, -1)}))
 now = 1000
 svc.poll(now)
+svc.poll(now)
 pool.s.inbox.extend(b"\\x20\\x02\\x00\\x00")
 for i in range(300):
     svc.poll(now)
-for code in ((999, 0),):
-    pass
 print("@@", svc.conn_state, len(pool.s.sent), svc.last_error, svc.last_error_message)
 print("@@", bytes(pool.s.sent).hex())
 '''
     with MicroVM(packages=("core", "meter", "services")) as vm:
+        stage_minimqtt(vm.root)
         out, _fuel = vm.run(script)
     lines = [line[3:] for line in out.splitlines() if line.startswith("@@ ")]
-    assert lines[0].startswith("CONNECTED")
+    assert lines[0].startswith("CONNECTED"), lines
     vm_bytes = bytes.fromhex(lines[1])
     r = Rig()
     r.pool.take = 5
@@ -557,27 +614,148 @@ print("@@", bytes(pool.s.sent).hex())
 def test_retained_totals_from_an_earlier_boot_raise_the_floor():
     r = Rig(sendInterval=1)
     r.reading({"1.8.0": (1500, 0), "2.8.0": (300, 0)})
-    r.step()
+    r.step(polls=2)
     r.pool.sock.auto_pong = False
     r.connack()
     r.step(polls=10)
     kinds = [h for h, _ in packets(r.pool.sock.sent)]
-    assert kinds == [0x10, 0x31, 0x82, 0x82, 0xC0, 0x31]  # ..., SUBSCRIBE <prefix>/+, PINGREQ, meter online
+    assert kinds == [0x10, 0x82, 0x82, 0xC0]  # CONNECT, SUBSCRIBE birth, SUBSCRIBE <prefix>/+, PINGREQ: nothing else
     wild = (PREFIX + "/+").encode()
-    assert packets(r.pool.sock.sent)[3][1] == b"\x00\x02" + bytes((0, len(wild))) + wild + b"\x00"
-    assert not [t for t, _, _ in publishes(r.pool.sock.sent) if t.endswith("_total")]  # held back
+    assert packets(r.pool.sock.sent)[2][1] == b"\x00\x02" + bytes((0, len(wild))) + wild + b"\x00"
     # The broker answers with what it retained from the last boot, then the PINGRESP.
-    r.pool.sock.inbox += m.publish_packet(PREFIX + "/import_total", "2.000", True)
-    r.pool.sock.inbox += m.publish_packet(PREFIX + "/export_total", "garbage", True)
-    r.pool.sock.inbox += m.publish_packet(PREFIX + "/state", "{}", True)
+    r.pool.sock.inbox += publish_packet(PREFIX + "/import_total", "2.000", True)
+    r.pool.sock.inbox += publish_packet(PREFIX + "/export_total", "garbage", True)
+    r.pool.sock.inbox += publish_packet(PREFIX + "/state", "{}", True)
     r.pool.sock.inbox += b"\xd0\x00"
     r.step(polls=10)
-    assert packets(r.pool.sock.sent)[6] == (0xA2, b"\x00\x03" + bytes((0, len(wild))) + wild)
+    assert packets(r.pool.sock.sent)[4] == (0xA2, b"\x00\x03" + bytes((0, len(wild))) + wild)
     pubs = publishes(r.pool.sock.sent)
     assert [p for t, p, _ in pubs if t == PREFIX + "/import_total"] == []
     assert [p for t, p, _ in pubs if t == PREFIX + "/export_total"] == ["0.300"]
+    assert pubs[-2:] == [(PREFIX + "/meter", "online", True), (PREFIX + "/status", "online", True)]
     r.reading({"1.8.0": (2500, 0), "2.8.0": (300, 0)})
     r.step(ms=1000)
     r.step(polls=5)
     assert [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/import_total"] == ["2.500"]
     assert r.svc.counters["totals_seeded"] == 1
+
+
+def test_tcp_connect_spreads_over_polls_and_times_out_across_the_ticks_wrap():
+    r = Rig(now=TICKS_PERIOD - 2000)
+    r.pool.syn_dropped = True  # SYNs go nowhere: lwIP says EALREADY on every check
+    r.step()
+    for _ in range(4):
+        r.step(ms=1000)
+        assert r.svc.conn_state == m.CONNECTING  # 5 s deadline, the clock wrapped on the way
+    assert r.pool.sock.connect_calls == 5 and not r.pool.sock.closed
+    r.step(ms=1001)
+    st = r.svc.status()
+    assert st["state"] == "WAIT_RETRY" and st["last_error"] == m.ERR_CONNECT_TIMEOUT == 116
+    assert "no TCP connection to broker.lan:1883 within 5000 ms" == st["last_error_message"]
+    assert r.pool.sock.closed and len(r.pool.socks) == 1
+    r.pool.syn_dropped = False
+    r.step(ms=1000, polls=3)  # the retry (backoff 500 ms with jitter 0) connects
+    assert r.pool.socks[1].connected_to == ("10.0.0.9", 1883)
+
+
+def test_a_silent_meter_is_not_republished_while_it_goes_stale():
+    r = Rig(sendInterval=1)
+    r.reading({"1.8.0": (1000, 0), "16.7.0": (50, 0)})
+    r.connect()
+    for _ in range(9):  # the pipeline declares the meter stale only after 10 s without a telegram
+        r.step(ms=1000, polls=2)
+    power = [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/power"]
+    states = [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/state"]
+    assert power == ["50"] and len(states) == 1
+    r.reading({"1.8.0": (1001, 0), "16.7.0": (60, 0)})
+    r.step(ms=1000, polls=2)
+    assert [p for t, p, _ in publishes(r.pool.sock.sent) if t == PREFIX + "/power"] == ["50", "60"]
+
+
+def test_version_check_and_energy_suppressed_in_describe(monkeypatch):
+    from services.mqtt import client as mc
+
+    class Log:
+        lines = []
+
+        def log(self, level, msg, *args):
+            self.lines.append((level, msg % args))
+
+    monkeypatch.setattr(mc, "VERSION", "9.0.0")
+    log = Log()
+    svc = m.MqttService(FakePool(), Bus(), Settings(), DEV, log=log)
+    svc.start()
+    assert ("warning", "adafruit_minimqtt 9.0.0, tested with 8.1.0") in log.lines
+    assert svc.describe()["minimqtt_version_mismatch"] == 1
+    r = Rig(sendInterval=1)
+    assert r.svc.describe()["energy_suppressed"] == 0  # present before anything was held back
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    r.reading({"1.8.0": (999, 0)})
+    r.step(ms=1000, polls=2)
+    assert r.svc.describe()["energy_suppressed"] == 1
+
+
+def test_pinned_versions_agree():
+    """requirements.txt (circup, the device), requirements-dev.txt (the host) and the firmware's version check name
+    the same adafruit_minimqtt, and the connection manager it imports is listed for the device too."""
+    import os
+    import re
+
+    from services.mqtt import client as mc
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dev = open(os.path.join(root, "requirements.txt")).read()
+    host = open(os.path.join(root, "requirements-dev.txt")).read()
+    assert re.search(r"^adafruit_minimqtt==%s\b" % re.escape(mc.PINNED_VERSION), dev, re.M)
+    assert re.search(r"^adafruit-circuitpython-minimqtt==%s\b" % re.escape(mc.PINNED_VERSION), host, re.M)
+    cm = re.search(r"^adafruit-circuitpython-connectionmanager==(\S+)", host, re.M).group(1)
+    assert re.search(r"^adafruit_connection_manager==%s\b" % re.escape(cm), dev, re.M)
+    assert mc.VERSION == mc.PINNED_VERSION  # the host runs the pinned release
+
+
+def test_dns_only_when_needed():
+    """A dropped connection reconnects to the same address without a DNS query; a failed attempt resolves again."""
+    r = Rig(sendInterval=1)
+    calls = []
+    resolve = r.pool.getaddrinfo
+    r.pool.getaddrinfo = lambda *a: calls.append(a[0]) or resolve(*a)
+    r.connect()
+    assert calls == ["broker.lan"]
+    r.pool.peer_closed = True
+    r.step(ms=10)
+    r.pool.peer_closed = False
+    r.pool.refuse = True
+    r.step(ms=5000, polls=2)  # the retry uses the cached address, and is refused
+    assert calls == ["broker.lan"] and r.svc.last_error == E_NOTCONN
+    r.pool.refuse = False
+    r.step(ms=5000)
+    assert calls == ["broker.lan", "broker.lan"]
+
+
+def test_a_new_connection_sends_the_current_reading_before_going_online():
+    """The old connection may have dropped before its values reached the broker: the same reading goes out once
+    more on the new connection, before `meter online` and `status online`."""
+    r = Rig(sendInterval=60)
+    r.reading({"1.8.0": (1000, 0)})
+    r.connect()
+    r.pool.peer_closed = True
+    r.step(ms=10)
+    r.pool.peer_closed = False
+    r.step(ms=5000, polls=2)
+    r.connack()
+    r.step(polls=20)
+    pubs = publishes(r.pool.sock.sent)
+    topics = [t for t, _p, _r in pubs]
+    assert topics.index(PREFIX + "/import_total") < topics.index(PREFIX + "/meter") < topics.index(PREFIX + "/status")
+    assert pubs[-1] == (PREFIX + "/status", "online", True)
+
+
+def test_a_qos2_publish_from_the_broker_is_a_protocol_error_not_a_crash():
+    """minimqtt asserts on an incoming QoS 2 PUBLISH (we subscribe at QoS 0, a broker must not send one)."""
+    r = Rig()
+    r.connect()
+    body = b"\x00\x14homeassistant/status\x00\x07online"
+    r.pool.sock.inbox += bytes((0x34, len(body))) + body
+    r.step()
+    assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PROTOCOL

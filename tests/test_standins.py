@@ -16,7 +16,8 @@ HOST_HOOKS = {
     "busio": {"UART.overruns", "UART.written"},
     "digitalio": {"set_level"},
     "microcontroller": {"ResetReason.__init__"},
-    "socketpool": {"open_count", "MAX_SOCKETS", "ETIMEDOUT_DEVICE", "ENOTCONN_DEVICE"},
+    "socketpool": {"open_count", "drop_all", "MAX_SOCKETS", "ETIMEDOUT_DEVICE", "ENOTCONN_DEVICE", "EALREADY_DEVICE",
+                   "EISCONN_DEVICE"},
     "wifi": {"Radio.lose_connection", "Radio.restore_connection", "Radio.connect_calls", "Radio.ap_ssid",
              "Radio.ap_password", "Radio.ap_authmode"},
     "storage": {"calls", "mounted_readonly", "usb_drive_enabled"},
@@ -256,3 +257,35 @@ def test_nvm_is_8k_and_persists(tmp_path):
         assert (tmp_path / ".nvm.bin").stat().st_size == 8192
     finally:
         _hostenv.state_dir = old
+
+
+def test_nonblocking_connect_reports_like_lwip():
+    """As CircuitPython's espressif Socket.connect with timeout 0: ETIMEDOUT at once, EALREADY while it goes on,
+    EISCONN when connected, ENOTCONN when it failed."""
+    import socketpool
+    import wifi
+
+    pool = socketpool.SocketPool(wifi.radio)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = closed.getsockname()
+    closed.close()
+    for addr, final in ((srv.getsockname(), 127), (dead, 128)):
+        s = pool.socket(pool.AF_INET, pool.SOCK_STREAM)
+        s.setblocking(False)
+        codes = []
+        for _ in range(50):
+            try:
+                s.connect(addr)
+                codes.append(0)
+            except OSError as exc:
+                codes.append(exc.errno)
+            if codes[-1] == final:
+                break
+            time.sleep(0.01)
+        s.close()
+        assert codes[0] in (0, 116) and codes[-1] == final and set(codes[1:-1]) <= {120}
+    srv.close()

@@ -7,7 +7,9 @@ MAX_SOCKETS = 8  # the ESP32-S3 build of CircuitPython has 8 in the whole system
 _open = set()
 
 ETIMEDOUT_DEVICE = 116  # lwIP's ETIMEDOUT; CPython would raise TimeoutError instead
-ENOTCONN_DEVICE = 128   # lwIP's ENOTCONN: a non-blocking recv from a closed peer
+ENOTCONN_DEVICE = 128   # lwIP's ENOTCONN: a non-blocking recv from a closed peer, or a failed non-blocking connect
+EALREADY_DEVICE = 120   # newlib's numbers, which the ESP32's lwIP sockets raise
+EISCONN_DEVICE = 127
 
 
 class Socket:
@@ -16,6 +18,7 @@ class Socket:
     def __init__(self, sock):
         self._sock = sock
         self._timeout = None
+        self._connecting = None    # non-blocking connect: None, "pending", "up" or "failed"
         _open.add(self)
 
     @property
@@ -51,7 +54,40 @@ class Socket:
         self._call(self._sock.listen, backlog)
 
     def connect(self, address):
-        self._call(self._sock.connect, address)
+        if self._timeout != 0:
+            self._call(self._sock.connect, address)
+            return
+        self._connect_nonblocking(address)
+
+    def _connect_nonblocking(self, address):
+        # As CircuitPython's espressif Socket.connect with timeout 0: the first call raises ETIMEDOUT at once
+        # and lwIP keeps connecting; later calls raise EALREADY while it goes on, EISCONN once connected and
+        # ENOTCONN when it failed (lwIP keeps no cause: refused and unreachable look the same).
+        state = self._connecting
+        if state == "up":
+            raise OSError(EISCONN_DEVICE, "EISCONN")
+        if state == "failed":
+            raise OSError(ENOTCONN_DEVICE, "ENOTCONN")
+        rc = self._sock.connect_ex(address)
+        if state is None:
+            if rc == 0:
+                self._connecting = "up"
+                return
+            if rc in (errno.EINPROGRESS, errno.EAGAIN):
+                self._connecting = "pending"
+                raise OSError(ETIMEDOUT_DEVICE, "ETIMEDOUT")
+            raise OSError(rc, errno.errorcode.get(rc, "connect failed"))
+        if rc in (errno.EALREADY, errno.EINPROGRESS):
+            raise OSError(EALREADY_DEVICE, "EALREADY")
+        if rc in (0, errno.EISCONN):
+            self._connecting = "up"
+            raise OSError(EISCONN_DEVICE, "EISCONN")
+        self._connecting = "failed"
+        raise OSError(ENOTCONN_DEVICE, "ENOTCONN")
+
+    def _connected(self):
+        """Host hook for the ssl stand-in: a completed non-blocking connect (its handshake cannot block)."""
+        return self._connecting == "up"
 
     def close(self):
         _open.discard(self)
@@ -139,3 +175,9 @@ class SocketPool:
 def open_count():
     """Host hook: sockets currently open (tests count the budget)."""
     return len(_open)
+
+
+def drop_all():
+    """Host hook: close every open socket without a word, as a device that crashes or loses power."""
+    for sock in list(_open):
+        sock.close()

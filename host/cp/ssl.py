@@ -55,6 +55,12 @@ class _DeviceSSLSocket:
     def __init__(self, ctx, raw, server_hostname):
         self._raw = raw
         self._timeout = None
+        if raw._connected():
+            # Wrapped after a non-blocking connect: as mbedTLS on the device, the handshake runs step by step
+            # inside the following send/recv_into calls (EAGAIN until it is done).
+            self._timeout = raw._timeout
+            self._tls = ctx.wrap_socket(raw._sock, server_hostname=server_hostname, do_handshake_on_connect=False)
+            return
         self._tls = ctx.wrap_socket(raw._sock, server_hostname=server_hostname, do_handshake_on_connect=True)
 
     def _call(self, fn, *args):

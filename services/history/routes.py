@@ -60,8 +60,9 @@ def _unavailable(request, message):
     return JSONResponse(request, {"error": message}, status=(503, "Service Unavailable"), headers={"Retry-After": "5"})
 
 
-def latest_body(reading, clock, lang, now_ms):
-    """JSON text of /history/latest for a reading: timestamp, local datetime, one object per short OBIS code."""
+def latest_body(reading, clock, lang, now_ms, energy_floor=None):
+    """JSON text of /history/latest for a reading: timestamp, local datetime, one object per short OBIS code;
+    energy totals the floor holds back (zero, negative, falling) are left out, as MQTT leaves them out."""
     ts = 0
     when = ""
     if clock is not None and clock.synced:
@@ -69,7 +70,8 @@ def latest_body(reading, clock, lang, now_ms):
         y, mo, d, hh, mm, ss = to_civil(clock.local(ts))
         when = "%04d-%02d-%02dT%02d:%02d:%02d" % (y, mo, d, hh, mm, ss)
     parts = ['{"timestamp":%d,"datetime":"%s"' % (ts, when)]
-    for code, v in reading.values.items():
+    values = energy_floor.filter(reading.values) if energy_floor is not None else reading.values
+    for code, v in values.items():
         unit = obis.unit(code)
         if unit is None:
             continue
@@ -92,7 +94,7 @@ def routes(app):
         if reading is None or not fresh(reading.ts_ms, now, _STALE_MS):
             return Response(request, "", status=(204, "No Content"))  # stale or not yet read: the client shows None
         lang = app.settings.get("language.active", "de")
-        return Response(request, latest_body(reading, app.clock, lang, now), content_type=_JSON)
+        return Response(request, latest_body(reading, app.clock, lang, now, app.energy_floor), content_type=_JSON)
 
     def high_res(request):
         if app.history is None:

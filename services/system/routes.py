@@ -94,6 +94,7 @@ def routes(app):
             supervisor.append(_entry(name + ".state", m["state"]))
         meter = _section(app.meter.describe()) if app.meter is not None else [_entry("state", "absent")]
         http = getattr(app, "http", None)
+        mqtt = getattr(app, "mqtt", None)
         clock = _section(app.clock.describe()) if app.clock is not None else [_entry("synced", False)]
         data = {
             "uptime": [_entry("uptime", up_ms // 1000, "s"), _entry("reset_reason", app.reset_reason)],
@@ -106,6 +107,7 @@ def routes(app):
             "clock": clock,
             "supervisor": supervisor,
             "http": _section(http.describe()) if http is not None else [],
+            "mqtt": _section(mqtt.describe()) if mqtt is not None else [],
         }
         return JSONResponse(request, data)
 
