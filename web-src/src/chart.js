@@ -20,4 +20,5 @@ export function Chart({ opts, data, label }) {
 }
 
 export const bars = uPlot.paths.bars({ size: [0.7, 60] });
+export const noPoints = { show: false };
 export const steps = uPlot.paths.stepped({ align: 1 });

@@ -1,7 +1,7 @@
 // History: a day of quarter hours and a range of days as charts and CSV, labelled in the device's time zone.
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, csvField, download } from './api.js';
-import { Chart, bars, steps } from './chart.js';
+import { Chart, bars, noPoints, steps } from './chart.js';
 import { num, t } from './i18n.js';
 import { Msg, addDays, deviceToday, errText, html } from './ui.js';
 
@@ -50,8 +50,8 @@ function DayCharts({ items }) {
           axes: [axisX(label, splits), axisY()],
           series: [
             xSeries,
-            { label: t('importWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, value: (u, v) => (v === null ? '–' : num(v, 1)) },
-            { label: t('exportWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, value: (u, v) => (v === null ? '–' : num(-v, 1)) },
+            { label: t('importWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(v, 1)) },
+            { label: t('exportWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(-v, 1)) },
           ],
         },
         data: [xs, items.map((it) => it.import_kW * 1000), items.map((it) => (it.export_kW === undefined ? null : -it.export_kW * 1000))],
@@ -73,8 +73,8 @@ function RangeChart({ items }) {
         axes: [axisX(label, splits), axisY()],
         series: [
           { label: t('day'), value: (u, v) => (v === null ? '–' : label(v)) },
-          { label: t('importKWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, value: (u, v) => (v === null ? '–' : num(v, 2)) },
-          { label: t('exportKWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, value: (u, v) => (v === null ? '–' : num(-v, 2)) },
+          { label: t('importKWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(v, 2)) },
+          { label: t('exportKWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(-v, 2)) },
         ],
       },
       data: [items.map((it) => it.timestamp), items.map((it) => it.import_kWh), items.map((it) => (it.export_kWh === undefined ? null : -it.export_kWh))],
