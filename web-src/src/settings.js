@@ -2,7 +2,7 @@
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, api } from './api.js';
-import { fieldLabel, setLang, t } from './i18n.js';
+import { fieldLabel, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
 import { Msg, errText, getPath, html } from './ui.js';
 
@@ -138,7 +138,6 @@ function Section({ id, keys, doc, zones, onSaved, children }) {
       if (r.applied_now && r.applied_now.length) parts.push(t('appliedNow', r.applied_now.join(', ')));
       if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', r.after_restart.join(', ')));
       setMsg(['ok', parts.join(' '), r.restart_required]);
-      if ('language.active' in patch) setLang(patch['language.active']);
       onSaved();
     } catch (ex) {
       if (ex instanceof ApiError && ex.fields) {
