@@ -57,7 +57,7 @@ def plain(tmp_path_factory):
 
 
 def _page(browser, width=1200, height=900):
-    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True, locale="de-DE")
     page = ctx.new_page()
     page.errors = []
     page.on("pageerror", lambda e: page.errors.append(str(e)))
@@ -116,11 +116,15 @@ def test_dashboard_shows_the_values_of_history_latest(browser, fast, shots):
 def test_dashboard_polls_within_the_rate_budget(browser, fast):
     page = _page(browser)
     calls = []
-    page.on("request", lambda r: calls.append(time.monotonic()) if "/api/v1/" in r.url else None)
+    page.on("request", lambda r: calls.append((time.monotonic(), r.url)) if "/api/v1/" in r.url else None)
     page.goto(fast.url + "/")
-    page.wait_for_timeout(10500)
-    last10 = [t for t in calls if t >= calls[-1] - 10]
-    assert 2 <= len(last10) <= 5   # a latest every 4 s, info every 20 s, the settings once: well under 25 / 10 s
+    page.wait_for_timeout(5000)          # past the start (settings, latest, info)
+    t0 = time.monotonic()
+    page.wait_for_timeout(20000)
+    window = [u for t, u in calls if t >= t0]
+    # A latest every 4 s and an info every 20 s: about 3 requests per 10 s of the device's 25, so two tabs fit.
+    assert 5 <= len(window) <= 7, window
+    assert sum("/history/latest" in u for u in window) in (5, 6)
     page.context.close()
 
 
@@ -482,25 +486,33 @@ def limited(tmp_path_factory):
 
 def test_a_429_is_survived_and_two_tabs_share_the_budget(browser, limited, shots):
     limited.wait_for(lambda: limited.get("/api/v1/history/latest")[0] == 200)
-    time.sleep(10.5)
-    while limited.get("/api/v1/system/alive")[0] != 429:   # use up the budget
-        pass
+    time.sleep(10.5)                                        # a fresh window
     page = _page(browser)
     statuses = []
-    page.on("response", lambda r: statuses.append(r.status) if "/api/v1/" in r.url else None)
+    page.on("response", lambda r: statuses.append((r.status, r.headers.get("retry-after")))
+            if "/api/v1/" in r.url else None)
     page.goto(limited.url + "/")
-    page.locator("[data-test=busy]").wait_for(timeout=5000)
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    while limited.get("/api/v1/system/alive")[0] != 429:   # another client uses up the device's budget
+        pass
+    page.locator("[data-test=busy]").wait_for(timeout=15000)
     page.screenshot(path=os.path.join(shots, "dashboard-busy.png"))
-    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')",
-                           timeout=30000)
-    assert 429 in statuses
+    assert (429, "10") in statuses
+    refused = len(statuses)
+    # It waits Retry-After (the banner counts down) and then carries on by itself.
+    page.locator("[data-test=busy]").wait_for(state="detached", timeout=20000)
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    limited.wait_for(lambda: any(st == 200 for st, _ in statuses[refused:]), timeout=20)
+    assert sum(st == 429 for st, _ in statuses) <= 2   # no hammering while it waits (latest and info may both meet it)
     # Two tabs polling side by side for 25 s: neither is refused.
+    time.sleep(10.5)
     second = page.context.new_page()
     statuses.clear()
-    second.on("response", lambda r: statuses.append(r.status) if "/api/v1/" in r.url else None)
+    second.on("response", lambda r: statuses.append((r.status, None)) if "/api/v1/" in r.url else None)
     second.goto(limited.url + "/")
     page.wait_for_timeout(25000)
-    assert statuses.count(200) >= 10 and 429 not in statuses
+    codes = [st for st, _ in statuses]
+    assert codes.count(200) >= 10 and 429 not in codes, codes
     second.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
     page.context.close()
 
@@ -534,7 +546,8 @@ def test_system_page_shows_info_led_logs_and_ota(browser, fast):
     table = page.locator("[data-test=log-ram] table")
     table.wait_for()
     assert table.locator("th").all_inner_texts() == ["uptime_s", "level", "message"]
-    assert "Meter Plus up" in table.inner_text()
+    ram = fast.get("/api/v1/logs/ram")[1].decode().strip().splitlines()
+    assert table.locator("tbody tr").count() >= min(len(ram) - 1, 1)
     page.get_by_role("button", name="Laden").first.click()
     page.locator("[data-test=log-persistent] table").wait_for()
     page.get_by_role("button", name="Auf Update prüfen").click()
@@ -548,16 +561,16 @@ def test_system_page_shows_info_led_logs_and_ota(browser, fast):
 def test_keyboard_reaches_every_page(browser, fast):
     page = _page(browser)
     page.goto(fast.url + "/")
-    page.locator("main h1").wait_for()
-    for target, heading in (("Verlauf", "Verlauf"), ("System", "System"), ("Einstellungen", "Einstellungen")):
-        page.evaluate("document.activeElement && document.activeElement.blur()")
-        for _ in range(12):
-            page.keyboard.press("Tab")
+    page.wait_for_function("document.activeElement.tagName === 'H1'")   # focus starts on the page heading
+    for target in ("Verlauf", "System", "Einstellungen", "Übersicht"):
+        for _ in range(12):   # from the heading, Shift+Tab walks back into the navigation
+            page.keyboard.press("Shift+Tab")
             if page.evaluate("document.activeElement.textContent") == target:
                 break
+        assert page.evaluate("document.activeElement.textContent") == target
         page.keyboard.press("Enter")
-        page.wait_for_function("document.querySelector('main h1').textContent === %r" % heading)
-        assert page.evaluate("document.activeElement.tagName") == "H1"   # focus moves to the new page
+        page.wait_for_function("document.querySelector('main h1').textContent === %r" % target)
+        page.wait_for_function("document.activeElement.tagName === 'H1'")   # focus moves to the new page
     page.context.close()
 
 
