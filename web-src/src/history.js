@@ -160,7 +160,7 @@ export function History() {
     </form>
     <${Msg} kind="err">${rangeErr}<//>
     ${range && (range.items.length
-      ? html`<p data-test="range-summary">${range.items.length} ${t('days')} · ${t('importKWh')}: ${num(range.import_total_kWh, 3)} · ${t('exportKWh')}: ${num(range.export_total_kWh, 3)}</p>
+      ? html`<p data-test="range-summary">${t('nDays', range.items.length)} · ${t('importKWh')}: ${num(range.import_total_kWh, 3)} · ${t('exportKWh')}: ${num(range.export_total_kWh, 3)}</p>
           <${RangeChart} items=${range.items} />`
       : html`<p>${t('noData')}</p>`)}
   </section>`;

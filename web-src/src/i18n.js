@@ -7,7 +7,7 @@ const T = {
     stale: 'Zähler schweigt: Werte unbekannt', meterHealth: 'Zählerverbindung', lastTelegram: 'Letztes Telegramm',
     secondsAgo: 'vor %s s', crcErrors: 'CRC-Fehler', protocol: 'Protokoll', telegrams: 'Telegramme', state: 'Zustand',
     values: 'Messwerte', updated: 'Stand', offline: 'Gerät nicht erreichbar', busy: 'Gerät ausgelastet: nächster Versuch in %s s',
-    day: 'Tag', range: 'Zeitraum', from: 'Ab', days: 'Tage', show: 'Anzeigen', csv: 'CSV herunterladen',
+    day: 'Tag', nDays: (n) => (n === 1 ? '1 Tag' : n + ' Tage'), range: 'Zeitraum', from: 'Ab', days: 'Tage', show: 'Anzeigen', csv: 'CSV herunterladen',
     quarterHours: '%s Viertelstunden', dstShort: ' (Sommerzeitbeginn: 23 Stunden)', dstLong: ' (Sommerzeitende: 25 Stunden)',
     noData: 'Keine Daten für diesen Zeitraum', powerW: 'Leistung (W)', importWh: 'Bezug (Wh)', exportWh: 'Einspeisung (Wh)',
     importKWh: 'Bezug (kWh)', exportKWh: 'Einspeisung (kWh)', sum: 'Summe', tzNote: 'Zeitachse in der Zeitzone des Geräts',
@@ -56,7 +56,7 @@ const T = {
     stale: 'Meter silent: values unknown', meterHealth: 'Meter link', lastTelegram: 'Last telegram',
     secondsAgo: '%s s ago', crcErrors: 'CRC errors', protocol: 'Protocol', telegrams: 'Telegrams', state: 'State',
     values: 'Readings', updated: 'Updated', offline: 'Device not reachable', busy: 'Device busy: next try in %s s',
-    day: 'Day', range: 'Range', from: 'From', days: 'Days', show: 'Show', csv: 'Download CSV',
+    day: 'Day', nDays: (n) => (n === 1 ? '1 day' : n + ' days'), range: 'Range', from: 'From', days: 'Days', show: 'Show', csv: 'Download CSV',
     quarterHours: '%s quarter hours', dstShort: ' (DST starts: 23 hours)', dstLong: ' (DST ends: 25 hours)',
     noData: 'No data for this period', powerW: 'Power (W)', importWh: 'Import (Wh)', exportWh: 'Export (Wh)',
     importKWh: 'Import (kWh)', exportKWh: 'Export (kWh)', sum: 'Total', tzNote: 'Time axis in the device time zone',
@@ -116,6 +116,7 @@ document.documentElement.lang = lang;
 // t('key', a, b): the text with each %s replaced in turn.
 export function t(key, ...args) {
   let s = T[lang][key];
+  if (typeof s === 'function') return s(...args);
   if (s === undefined) s = key;
   for (const a of args) s = s.replace('%s', a);
   return s;
