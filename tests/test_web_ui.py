@@ -592,3 +592,17 @@ def test_stale_meter_shows_unknown_never_the_last_value(browser, fast, shots):
         fast.control("meter", None)
     page.locator("[data-test=stale]").wait_for(state="detached", timeout=15000)
     page.context.close()
+
+
+def test_unreachable_device_shows_no_old_values(browser, fast):
+    page = _page(browser)
+    page.goto(fast.url + "/")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    page.route("**/api/v1/**", lambda route: route.abort())       # the device drops off the network
+    page.get_by_text("Gerät nicht erreichbar").first.wait_for(timeout=15000)
+    assert page.locator("[data-test=power] .big").inner_text() == "…"
+    assert page.locator("[data-test=import] .big").inner_text() == "…"
+    page.unroute("**/api/v1/**")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')",
+                           timeout=15000)
+    page.context.close()

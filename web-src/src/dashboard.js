@@ -18,6 +18,7 @@ export function Dashboard() {
         setErr('');
       } catch (e) {
         setErr(errText(e));
+        if (!e.status || e.status >= 500) setLatest(undefined); // device unreachable: old values are not shown
         throw e;
       }
     }, LATEST_MS);
@@ -35,7 +36,7 @@ export function Dashboard() {
   const stale = latest === null; // 204: no current reading, never the last value
   const p = latest && latest['16.7.0'] ? latest['16.7.0'].value : null;
   const dir = p === null ? '' : p > 0 ? 'import' : p < 0 ? 'export' : 'idle';
-  const total = (k) => (latest && latest[k] ? num(latest[k].value, 3) + ' kWh' : t('unknown'));
+  const total = (k) => (latest === undefined ? '…' : latest && latest[k] ? num(latest[k].value, 3) + ' kWh' : t('unknown'));
   const age = latest && latest.timestamp ? Math.max(0, Math.round(deviceUtc() - latest.timestamp)) : null;
   const others = latest
     ? Object.keys(latest)
