@@ -606,3 +606,53 @@ def test_unreachable_device_shows_no_old_values(browser, fast):
     page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')",
                            timeout=15000)
     page.context.close()
+
+
+# --- the page's rules against the device's ---
+
+_CANDIDATES = {
+    "bool": [True, False, "true", 1, None],
+    "int": [0, 1, 2, 502, 1440, 1441, 3600, 3601, 65535, 65536, -1, "5", True],
+    "choice": [0, 3, 4, 5, 9, 203, 213, 214, "5", None],
+    "ratio": [1, 0.9, 1.5, 2.55, 10000, 10000.1, 10001, 0.1, 99.9, 123.4, "2", True],
+    "text": ["", "Meter Plus", "x" * 31, "x" * 32, "x" * 64, "x" * 65, "\U0001F600" * 16, "\U0001F600" * 32,
+             "a\tb", "a\x7fb", "Zähler"],
+    "topic": ["", "home/meter", "a+b", "a#", "a/", "x" * 64, "x" * 65],
+    "ssid": ["", "Home", "x" * 32, "x" * 33, "ä" * 16, "ä" * 17],
+    "wpa": ["", "short", "12345678", "x" * 63, "x" * 64, "ä" * 31, "ä" * 32, None],
+    "secret": ["", "x" * 64, "x" * 65, None],
+    "ipv4": ["", "192.168.1.10", "10.0.0", "256.1.1.1", "01.2.3.4", "1.2.3.4.5", "a.b.c.d", "0.0.0.0"],
+    "mask": ["", "255.255.255.0", "255.0.255.0", "0.0.0.0", "255.255.255.255", "255.255.254.0", "1.2.3"],
+    "host": ["", "pool.ntp.org", "192.168.1.2", "-bad.example", "bad-.example", "a_b", "x" * 64, "ok-host"],
+    "lang": ["de", "en", "fr", ""],
+}
+
+
+def test_the_pages_rules_match_the_devices(browser, plain):
+    from core.settings import SCHEMA, check
+
+    page = _page(browser)
+    page.goto(plain.url + "/")
+    page.wait_for_function("window.meterplus !== undefined")
+    assert sorted(page.evaluate("Object.keys(window.meterplus.SCHEMA)")) == sorted(SCHEMA)   # every key
+    cases = []
+    for key, (kind, _a, _b) in SCHEMA.items():
+        for value in _CANDIDATES.get(kind, []):
+            if kind in ("int", "choice", "ratio", "bool") and not isinstance(value, (int, float)) or \
+                    isinstance(value, bool) and kind != "bool":
+                continue   # the page only ever passes numbers (parsed) and booleans (checkboxes) for these
+            if kind not in ("bool",) and value is None and kind not in ("wpa", "secret"):
+                continue
+            if kind == "bool" and not isinstance(value, bool):
+                continue
+            if kind in ("text", "topic", "ssid", "ipv4", "mask", "host", "lang") and not isinstance(value, str):
+                continue
+            cases.append((key, value))
+    page_says = page.evaluate("cs => cs.map(([k, v]) => window.meterplus.check(k, v))", cases)
+    wrong = []
+    for (key, value), js in zip(cases, page_says):
+        _norm, err = check(key, value, lambda z: True)
+        if (err is None) != (js == ""):
+            wrong.append((key, value, err, js))
+    assert len(cases) > 150 and wrong == []
+    page.context.close()

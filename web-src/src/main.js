@@ -8,6 +8,7 @@ import { getLang, setLang, t } from './i18n.js';
 import { Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
+import { SCHEMA, check } from './rules.js';
 import { html } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
@@ -104,5 +105,8 @@ function App() {
     ${auth !== 0 && html`<${TokenPrompt} status=${auth} onDone=${done} />`}
     <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus</footer>`;
 }
+
+// The page's copy of the settings rules, for the test that holds it against core/settings.py.
+window.meterplus = { SCHEMA, check };
 
 render(html`<${App} />`, document.getElementById('app'));

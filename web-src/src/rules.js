@@ -57,7 +57,7 @@ export function check(key, v) {
     }
     case 'text':
     case 'topic':
-      if (v.length > a) return t('r_len', a);
+      if ([...v].length > a) return t('r_len', a); // characters (code points), as the device counts
       if (ctrl(v)) return t('r_ctrl');
       if (kind === 'topic' && (/[+#]/.test(v) || v.endsWith('/'))) return t('r_topic');
       return '';
