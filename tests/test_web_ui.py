@@ -656,3 +656,24 @@ def test_the_pages_rules_match_the_devices(browser, plain):
             wrong.append((key, value, err, js))
     assert len(cases) > 150 and wrong == []
     page.context.close()
+
+
+def test_restart_button_restarts_the_device(browser, plain):
+    page = _page(browser)
+    page.goto(plain.url + "/#/system")
+    page.locator("[data-test=info-uptime]").wait_for()
+    asked = []
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Jetzt neu starten").click()
+    page.get_by_text("Startet neu").wait_for()
+    assert asked == ["Gerät jetzt neu starten?"]
+
+    def restarted():
+        try:
+            status, info, _ = plain.get("/api/v1/system/info")
+        except OSError:
+            return False
+        return status == 200 and {e["name"]: e["value"] for e in info["uptime"]}["reset_reason"] == "SOFTWARE"
+
+    plain.wait_for(restarted, timeout=60)
+    page.context.close()
