@@ -70,7 +70,8 @@ export async function api(path, opts = {}) {
       data = null;
     }
     if (r.ok) return data;
-    if (r.status === 401 || r.status === 403) emit('auth', r.status);
+    // A 403 for a READ token asks for the WRITE token; other refusals (e.g. a cross-site check) are only shown.
+    if (r.status === 401 || (r.status === 403 && /token/i.test((data && data.error) || ''))) emit('auth', r.status);
     throw new ApiError(r.status, data);
   }
 }
