@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(SUM)
 RUN_STAMP := $(VENV)/.run-installed-$(SUM)
 ARGS   ?=
 
-.PHONY: run test bench soak sysdeps clean
+.PHONY: run test bench soak sysdeps clean web
 
 $(STAMP): requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -44,6 +44,11 @@ test: $(STAMP) sysdeps
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
+
+# The web interface: web-src/ (Preact, htm, uPlot; esbuild) -> web/index.html.gz + web/files.tsv. The built files
+# are committed, so run/test need no Node.js; this target is for changing the interface (needs Node.js 18+ and npm).
+web:
+	cd web-src && npm ci --no-audit --no-fund && node build.mjs
 
 clean:
 	rm -rf $(VENV) .host

@@ -253,6 +253,12 @@ def build():
     routes.append(modbus_routes)
     # --- end modbus ---
 
+    # --- web: the interface's pre-compressed files from web/ (web/files.tsv lists them) ---
+    from services.web import static as web_static
+
+    routes.append(web_static)
+    # --- end web ---
+
     app.http = sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
                                         port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes,
                                         rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))))

@@ -262,7 +262,7 @@ def test_bad_bodies(host):
 
 def test_unknown_path_and_method(host):
     is_error(get(host, "/api/v1/nope"), 404, "Not found")
-    is_error(get(host, "/"), 404)
+    is_error(get(host, "/nope.html"), 404)   # "/" is the web interface now (services/web/static.py)
     r = requests.put(url(host, "/api/v1/settings"), json={}, timeout=10)
     is_error(r, 405)
     assert r.headers["Allow"] == "GET, POST"

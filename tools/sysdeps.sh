@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# System packages the tests use: mosquitto (real MQTT broker). Installed with apt-get when missing and
-# we may (root, or sudo without a password); otherwise say what is missing — the MQTT tests then use amqtt.
+# System packages the tests use: mosquitto (real MQTT broker), chromium (the web interface's browser tests).
+# Installed with apt-get when missing and we may (root, or sudo without a password); otherwise say what is missing
+# (the MQTT tests then use amqtt; the browser tests are skipped without chromium).
 set -u
 need=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else
   echo "note: missing system packages: ${need[*]} (install them with apt-get for the full test set)"; exit 0

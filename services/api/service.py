@@ -21,8 +21,9 @@ AUTH_TABLE = (
     ("/api/v1/history/", "GET", READ),
     ("/api/v1/mqtt/", "GET", READ),
     ("/api/v1/modbus/", "GET", READ),
-    ("/", "GET", READ),
-    ("/", None, WRITE),
+    ("/api/", "GET", READ),
+    ("/api/", None, WRITE),
+    ("/", "GET", OPEN),   # outside /api/ only the web interface's static files: the page asks for the token itself
 )
 
 

@@ -162,6 +162,7 @@ class MeterPipeline(Module):
         d["stale"] = self.stale
         d["median"] = self.median_size
         d["ct_ratio"] = self.ct_tenths / 10
+        d["protocol"] = self.format or ""  # the web dashboard's meter health
         return d
 
     # --- telegrams ---

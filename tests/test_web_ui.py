@@ -1,0 +1,679 @@
+"""The web interface in headless Chromium (Debian's /usr/bin/chromium driven by Playwright) against the host runtime:
+dashboard = /history/latest, stale = unknown, history charts and CSV (DST days too), every settings form, the
+spec's confirmations, token rotation and authentication, 429 back-off, two tabs, phone width, keyboard, language.
+
+Screenshots go to $WEBUI_SHOTS (or a temporary folder): look at them after a change of the interface."""
+
+import csv
+import io
+import json
+import os
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tests.test_api_harness import start_host
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    d = os.environ.get("WEBUI_SHOTS") or str(tmp_path_factory.mktemp("shots"))
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory):
+    """A device whose clock runs 900 times faster: a quarter hour of history per second."""
+    h = start_host(tmp_path_factory, "web-fast", args=("--speed", "900"))
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    h = start_host(tmp_path_factory, "web-settings")
+    yield h
+    h.stop()
+
+
+def _page(browser, width=1200, height=900):
+    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True, locale="de-DE")
+    page = ctx.new_page()
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    return page
+
+
+def _no_external(page, host):
+    """Every request the page made went to the device."""
+    seen = []
+    page.on("request", lambda r: seen.append(r.url))
+    return lambda: [u for u in seen if not u.startswith(host.url + "/") and not u.startswith("blob:")]
+
+
+def _num_de(text):
+    """A number as the German page writes it (12.345,679) -> float."""
+    return float(re.search(r"-?[\d.]+(,\d+)?", text).group(0).replace(".", "").replace(",", "."))
+
+
+# --- dashboard ---
+
+def test_dashboard_shows_the_values_of_history_latest(browser, fast, shots):
+    page = _page(browser)
+    external = _no_external(page, fast)
+    answers = []
+
+    def record(route):  # pass the device's answer through and keep what the page received
+        resp = route.fetch()
+        answers.append(resp.json())
+        route.fulfill(response=resp)
+
+    page.route("**/api/v1/history/latest", record)
+    page.goto(fast.url + "/")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    page.unroute("**/api/v1/history/latest")  # no further answers: the page keeps showing the last one recorded
+    page.wait_for_timeout(200)
+    latest = answers[-1]
+    power = latest["16.7.0"]["value"]
+    shown = _num_de(page.locator("[data-test=power] .small").inner_text())
+    assert shown == power
+    assert _num_de(page.locator("[data-test=power] .big").inner_text()) == abs(power)
+    direction = page.locator("[data-test=power] .dir").inner_text()
+    assert ("Einspeisung" in direction) == (power < 0) and ("Bezug" in direction) == (power > 0)
+    imp = _num_de(page.locator("[data-test=import] .big").inner_text())
+    exp = _num_de(page.locator("[data-test=export] .big").inner_text())
+    assert imp == pytest.approx(round(latest["1.8.0"]["value"], 3), abs=1e-9)
+    assert exp == pytest.approx(round(latest["2.8.0"]["value"], 3), abs=1e-9)
+    for key in ("32.7.0", "14.7.0"):
+        assert page.get_by_text(latest[key]["name"], exact=True).count() == 1
+    assert page.get_by_text("sml", exact=True).count() == 1          # the protocol from /system/info
+    page.screenshot(path=os.path.join(shots, "dashboard-desktop.png"), full_page=True)
+    assert external() == []
+    assert page.errors == []
+    page.context.close()
+
+
+def test_dashboard_polls_within_the_rate_budget(browser, fast):
+    page = _page(browser)
+    calls = []
+    page.on("request", lambda r: calls.append((time.monotonic(), r.url)) if "/api/v1/" in r.url else None)
+    page.goto(fast.url + "/")
+    page.wait_for_timeout(5000)          # past the start (settings, latest, info)
+    t0 = time.monotonic()
+    page.wait_for_timeout(20000)
+    window = [u for t, u in calls if t >= t0]
+    # A latest every 4 s and an info every 20 s: about 3 requests per 10 s of the device's 25, so two tabs fit.
+    assert 5 <= len(window) <= 7, window
+    assert sum("/history/latest" in u for u in window) in (5, 6)
+    page.context.close()
+
+
+# --- history ---
+
+def _today(host):
+    return host.get("/api/v1/history/latest")[1]["datetime"][:10]
+
+
+def test_history_day_and_range_render_as_charts_and_download_as_csv(browser, fast, shots):
+    day = _today(fast)
+    fast.wait_for(lambda: fast.get("/api/v1/history/highRes?date=" + _today(fast))[1]["count"] >= 6, timeout=60)
+    day = _today(fast)
+    page = _page(browser)
+    with page.expect_response(lambda r: "/history/highRes" in r.url) as resp:
+        page.goto(fast.url + "/#/history")
+    items = resp.value.json()["items"]
+    assert len(items) >= 6
+    summary = page.locator("[data-test=day-summary]")
+    summary.wait_for()
+    assert summary.inner_text().startswith("%d Viertelstunden" % len(items))
+    page.locator("[data-test=range-summary]").wait_for()
+    assert page.locator(".chart canvas").count() == 3  # power, quarter-hour energy, daily energy (uPlot canvases)
+    assert page.locator(".chart .u-legend").first.inner_text().find("Leistung") >= 0
+    page.screenshot(path=os.path.join(shots, "history-desktop.png"), full_page=True)
+
+    with page.expect_download() as dl:
+        page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
+    assert rows[0] == ["date", "timestamp", "power_W", "import_kWh", "export_kWh", "import_total_kWh",
+                       "export_total_kWh"]
+    assert len(rows) == 1 + len(items)
+    assert rows[1][0] == items[0]["date"] and int(rows[1][1]) == items[0]["timestamp"]
+    assert float(rows[1][4]) == pytest.approx(items[0]["export_kW"])
+
+    # Another day through the date picker: the page asks for that date.
+    with page.expect_response(lambda r: "/history/highRes?date=2026-01-02" in r.url):
+        page.fill("input[name=date]", "2026-01-02")
+        page.locator("form").first.get_by_role("button", name="Anzeigen").click()
+    page.get_by_text("Keine Daten für diesen Zeitraum").first.wait_for()
+    with page.expect_download() as dl:
+        page.locator("form").nth(1).get_by_role("button", name="CSV herunterladen").click()
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
+    assert rows[0][:4] == ["date", "timestamp", "import_kWh", "export_kWh"] and rows[-1][0] == day
+    assert page.errors == []
+
+
+def _dst_day(date):
+    """A synthetic highRes answer for a local day of Europe/Berlin, one item per real quarter hour."""
+    zone = ZoneInfo("Europe/Berlin")
+    y, m, d = map(int, date.split("-"))
+    start = datetime(y, m, d, tzinfo=zone).astimezone(timezone.utc)
+    end = (datetime(y, m, d, tzinfo=zone) + timedelta(days=1)).astimezone(timezone.utc)
+    items = []
+    t = start
+    while t < end:
+        local = t.astimezone(zone)
+        items.append({"date": local.strftime("%Y-%m-%dT%H:%M"), "timestamp": int(t.timestamp()),
+                      "import_total_kWh": 100.0, "export_total_kWh": 0.0, "import_kW": 0.1, "export_kW": 0.0,
+                      "power_W": 400})
+        t += timedelta(minutes=15)
+    return {"start": date, "days": 1, "items": items, "count": len(items), "import_total_kWh": 0.1 * len(items),
+            "export_total_kWh": 0.0}
+
+
+@pytest.mark.parametrize("date,count,note", [("2026-10-25", 100, "Sommerzeitende"),
+                                             ("2026-03-29", 92, "Sommerzeitbeginn")])
+def test_dst_days_show_their_92_or_100_quarter_hours(browser, fast, shots, date, count, note):
+    answer = _dst_day(date)
+    assert answer["count"] == count
+    page = _page(browser)
+    page.route("**/api/v1/history/highRes*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(answer)))
+    page.goto(fast.url + "/#/history")
+    page.locator("[data-test=day-summary]").wait_for()
+    page.fill("input[name=date]", date)
+    page.locator("form").first.get_by_role("button", name="Anzeigen").click()
+    page.wait_for_function("document.querySelector('[data-test=day-summary]').textContent.startsWith('%d ')" % count)
+    assert note in page.locator("[data-test=day-summary]").inner_text()
+    with page.expect_download() as dl:
+        page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))[1:]
+    assert len(rows) == count
+    stamps = [int(r[1]) for r in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == count      # real time runs on through the switch
+    locals_ = [r[0][11:] for r in rows]
+    if count == 100:
+        assert locals_.count("02:00") == 2 and locals_.count("02:45") == 2   # the repeated autumn hour
+    else:
+        assert "02:00" not in locals_ and "03:00" in locals_                 # the skipped spring hour
+    page.screenshot(path=os.path.join(shots, "history-dst-%d.png" % count), full_page=True)
+    assert page.errors == []
+
+
+# --- settings ---
+
+# section id -> (field key, valid input, expected stored value, a value the device rejects)
+FORMS = {
+    "general": ("device_name", "Keller", "Keller", "x" * 40),
+    "meter": ("ctRatio", "2,5", 2.5, 0.05),
+    "wifiPrimary": ("wifi.primary.dns", "192.168.1.1", "192.168.1.1", "300.1.1.1"),
+    "wifiSecondary": ("wifi.secondary.gateway", "10.0.0.1", "10.0.0.1", "10.0.0"),
+    "ap": ("accessPoint.ssid", "Meter-Keller", "Meter-Keller", "x" * 40),
+    "mqtt": ("mqtt.sendInterval", "30", 30, 5000),
+    "modbus": ("modbus.port", "1502", 1502, 70000),
+    "cloud": ("cloudIotEnabled", True, True, "yes"),
+}
+
+
+def _get_setting(host, key):
+    node = host.get("/api/v1/settings")[1]
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _fill(form, key, value):
+    field = form.locator('[name="%s"]' % key)
+    if isinstance(value, bool):
+        field.set_checked(value)
+    else:
+        field.fill(value)
+
+
+def _settings_page(browser, host, width=1200):
+    page = _page(browser, width)
+    page.goto(host.url + "/#/settings")
+    page.locator("#s-general").wait_for()
+    page.wait_for_function("document.querySelectorAll('#f-timezone option').length > 100")  # zones loaded
+    return page
+
+
+@pytest.mark.parametrize("section", list(FORMS))
+def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, plain, section):
+    key, good, stored, bad = FORMS[section]
+    page = _settings_page(browser, plain)
+    form = page.locator("#s-" + section)
+    before = plain.get("/api/v1/settings")[1]
+
+    # A value the device refuses (sent past the page's own check): its reason shows next to the field.
+    def corrupt(route):
+        if route.request.method == "POST":
+            body = json.loads(route.request.post_data)
+            body[key] = bad
+            route.continue_(post_data=json.dumps(body))
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/settings", corrupt)
+    _fill(form, key, good)
+    with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
+        form.get_by_role("button", name="Speichern").click()
+    assert resp.value.status == 400
+    reason = resp.value.json()["fields"][key]
+    err = form.locator("#f-%s-err" % key.replace(".", "-"))
+    err.wait_for()
+    assert err.inner_text() == reason
+    assert form.locator('[name="%s"]' % key).get_attribute("aria-invalid") == "true"
+    assert plain.get("/api/v1/settings")[1] == before           # nothing changed
+
+    # The same form saved for real.
+    page.unroute("**/api/v1/settings")
+    with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
+        form.get_by_role("button", name="Speichern").click()
+    assert resp.value.status == 200, resp.value.text()
+    form.locator(".msg.ok").wait_for()
+    assert _get_setting(plain, key) == stored
+    if section.startswith("wifi") or section == "ap":
+        assert "Neustart" in form.locator(".msg.ok").inner_text()
+        assert form.get_by_role("button", name="Jetzt neu starten").count() == 1
+    assert page.errors == []
+    page.context.close()
+
+
+def test_the_page_checks_the_rules_before_sending(browser, plain):
+    page = _settings_page(browser, plain)
+    posts = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    form = page.locator("#s-general")
+    cases = [("device_name", "y" * 32, "höchstens 31 Zeichen")]
+    for key, value, text in cases:
+        form.locator('[name="%s"]' % key).fill(value)
+        form.get_by_role("button", name="Speichern").click()
+        assert text in form.locator("#f-%s-err" % key.replace(".", "-")).inner_text()
+    meter = page.locator("#s-meter")
+    for value in ("0,5", "2,55", "abc", "10001"):
+        meter.locator('[name="ctRatio"]').fill(value)
+        meter.get_by_role("button", name="Speichern").click()
+        assert "0,1" in meter.locator("#f-ctRatio-err").inner_text()
+    assert meter.locator('[name="medianFilterSize"] option').all_inner_texts() == ["Aus", "3", "5", "7", "9"]
+    wifi = page.locator("#s-wifiPrimary")
+    wifi.locator('[name="wifi.primary.password"]').fill("x" * 64)
+    wifi.locator('[name="wifi.primary.static_ip"]').check()
+    wifi.get_by_role("button", name="Speichern").click()
+    assert "63" in wifi.locator("#f-wifi-primary-password-err").inner_text()
+    assert wifi.locator("#f-wifi-primary-ip-err").inner_text() == "erforderlich"
+    ap = page.locator("#s-ap")
+    ap.locator('[name="accessPoint.password"]').fill("short")
+    ap.get_by_role("button", name="Speichern").click()
+    assert "8" in ap.locator("#f-accessPoint-password-err").inner_text()
+    assert posts == []                           # nothing was sent
+    assert page.errors == []
+    page.context.close()
+
+
+def test_ssid_change_with_empty_password_asks_first(browser, plain):
+    page = _settings_page(browser, plain)
+    asked = []
+    answers = [False, True]
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept() if answers.pop(0) else d.dismiss()))
+    form = page.locator("#s-wifiSecondary")
+    form.locator('[name="wifi.secondary.ssid"]').fill("Nachbar")
+    form.get_by_role("button", name="Speichern").click()
+    page.wait_for_timeout(300)
+    assert len(asked) == 1 and "Nachbar" in asked[0] and "bisherige Passwort" in asked[0]
+    assert _get_setting(plain, "wifi.secondary.ssid") != "Nachbar"     # declined: nothing sent
+    form.get_by_role("button", name="Speichern").click()
+    form.locator(".msg.ok").wait_for()
+    assert len(asked) == 2
+    assert _get_setting(plain, "wifi.secondary.ssid") == "Nachbar"
+    page.context.close()
+
+
+def test_ap_protection_without_password_asks_first(browser, plain):
+    assert not _get_setting(plain, "accessPoint.password_set")
+    page = _settings_page(browser, plain)
+    asked = []
+    answers = [False, True]
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept() if answers.pop(0) else d.dismiss()))
+    form = page.locator("#s-ap")
+    form.locator('[name="accessPoint.password_enable"]').check()
+    form.get_by_role("button", name="Speichern").click()
+    page.wait_for_timeout(300)
+    assert len(asked) == 1 and "ohne Passwort" in asked[0]
+    assert _get_setting(plain, "accessPoint.password_enable") is False
+    form.get_by_role("button", name="Speichern").click()
+    form.locator(".msg.ok").wait_for()
+    assert _get_setting(plain, "accessPoint.password_enable") is True
+    # With a password there is nothing to confirm.
+    form.locator('[name="accessPoint.password"]').fill("geheim123")
+    form.get_by_role("button", name="Speichern").click()
+    page.wait_for_timeout(500)
+    assert len(asked) == 2 and _get_setting(plain, "accessPoint.password_set") is True
+    page.context.close()
+
+
+def test_mqtt_ca_upload_and_delete(browser, plain, certs):
+    page = _settings_page(browser, plain)
+    box = page.locator("#s-mqtt")
+    box.locator("[data-test=ca]").get_by_text("Kein eigenes Zertifikat").wait_for()
+    box.locator("input[type=file]").set_input_files(certs["ca.crt"])
+    page.wait_for_function("document.querySelector('#f-ca').value.includes('BEGIN CERTIFICATE')")
+    box.get_by_role("button", name="Hochladen").click()
+    box.locator("[data-test=ca]").get_by_text("Eigenes Zertifikat gespeichert").wait_for()
+    assert plain.get("/api/v1/mqtt/ca")[1]["has_custom_cert"] is True
+    box.get_by_role("button", name="Löschen").click()
+    box.locator("[data-test=ca]").get_by_text("Kein eigenes Zertifikat").wait_for()
+    assert plain.get("/api/v1/mqtt/ca")[1]["has_custom_cert"] is False
+    page.context.close()
+
+
+def test_language_follows_the_device_setting(browser, plain, shots):
+    page = _settings_page(browser, plain)
+    form = page.locator("#s-general")
+    form.locator('[name="language.active"]').select_option("en")
+    form.get_by_role("button", name="Speichern").click()
+    page.get_by_role("link", name="Settings").wait_for()
+    assert page.locator("html").get_attribute("lang") == "en"
+    page.screenshot(path=os.path.join(shots, "settings-en.png"), full_page=True)
+    fresh = _page(browser)
+    fresh.goto(plain.url + "/")
+    fresh.get_by_role("link", name="Dashboard").wait_for()
+    fresh.get_by_text("Import total").wait_for()
+    form.locator('[name="language.active"]').select_option("de")
+    form.get_by_role("button", name="Save").click()
+    page.get_by_role("link", name="Einstellungen").wait_for()
+    page.context.close()
+    fresh.context.close()
+
+
+# --- security ---
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    h = start_host(tmp_path_factory, "web-auth")
+    yield h
+    h.stop()
+
+
+def test_token_rotation_then_authentication_on(browser, secured, shots):
+    page = _page(browser)
+    page.goto(secured.url + "/#/security")
+    page.get_by_role("button", name="Neue Tokens erzeugen").first.click()
+    pending = page.locator("[data-test=pending]")
+    pending.wait_for()
+    read_token = page.locator("[data-test=token-read]").inner_text()
+    write_token = page.locator("[data-test=token-write]").inner_text()
+    assert re.fullmatch("[0-9a-f]{64}", read_token) and re.fullmatch("[0-9a-f]{64}", write_token)
+    first = int(re.search(r"\d+", page.locator("[data-test=countdown]").inner_text()).group(0))
+    page.wait_for_timeout(1600)
+    later = int(re.search(r"\d+", page.locator("[data-test=countdown]").inner_text()).group(0))
+    assert 55 <= first <= 60 and later < first
+    page.screenshot(path=os.path.join(shots, "security-pending.png"), full_page=True)
+    page.get_by_role("button", name="Tokens bestätigen").click()
+    page.get_by_text("Neue Tokens aktiv").wait_for()
+    assert pending.count() == 0
+
+    page.get_by_role("button", name="Einschalten").click()
+    page.get_by_text("Anmeldung ist eingeschaltet.").wait_for()
+    assert secured.get("/api/v1/settings")[0] == 401
+    assert secured.get("/")[0] == 200                    # the page itself loads without a token
+    assert page.evaluate("sessionStorage.getItem('mp.token')") == write_token
+    assert page.evaluate("localStorage.getItem('mp.token')") is None
+
+    # A new session: the page asks for a token on the first 401, keeps it for the session only.
+    other = _page(browser)
+    other.goto(secured.url + "/")
+    other.locator("#tok-in").wait_for()
+    other.fill("#tok-in", "0" * 64)                      # a wrong one: asked again
+    other.get_by_role("button", name="Anmelden").click()
+    other.locator("#tok-in").wait_for()
+    other.fill("#tok-in", read_token)
+    other.get_by_role("button", name="Anmelden").click()
+    other.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    other.screenshot(path=os.path.join(shots, "dashboard-read-token.png"), full_page=True)
+    # A READ token cannot save: 403 asks for the WRITE token, which then saves.
+    other.goto(secured.url + "/#/settings")
+    other.locator("#s-general").wait_for()
+    other.locator('#s-general [name="device_name"]').fill("Mit Token")
+    other.locator("#s-general").get_by_role("button", name="Speichern").click()
+    other.get_by_text("Diese Aktion braucht das WRITE-Token.").wait_for()
+    other.fill("#tok-in", write_token)
+    other.get_by_role("button", name="Anmelden").click()
+    other.locator('#s-general [name="device_name"]').wait_for()
+    other.locator('#s-general [name="device_name"]').fill("Mit Token")
+    other.locator("#s-general").get_by_role("button", name="Speichern").click()
+    other.locator("#s-general .msg.ok").wait_for()
+    assert secured.get("/api/v1/settings", headers={"Authorization": "Bearer " + read_token})[1]["device_name"] == \
+        "Mit Token"
+
+    # Authentication off again from the page.
+    page.get_by_role("button", name="Ausschalten").click()
+    page.get_by_text("Anmeldung ist ausgeschaltet").wait_for()
+    assert secured.get("/api/v1/settings")[0] == 200
+    assert page.errors == [] and other.errors == []
+    page.context.close()
+    other.context.close()
+
+
+# --- rate limit, two tabs ---
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """The device's real limit: 25 requests in 10 s for all clients together."""
+    h = start_host(tmp_path_factory, "web-limit", rate_limit=25)
+    yield h
+    h.stop()
+
+
+def test_a_429_is_survived_and_two_tabs_share_the_budget(browser, limited, shots):
+    limited.wait_for(lambda: limited.get("/api/v1/history/latest")[0] == 200)
+    time.sleep(10.5)                                        # a fresh window
+    page = _page(browser)
+    statuses = []
+    page.on("response", lambda r: statuses.append((r.status, r.headers.get("retry-after")))
+            if "/api/v1/" in r.url else None)
+    page.goto(limited.url + "/")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    while limited.get("/api/v1/system/alive")[0] != 429:   # another client uses up the device's budget
+        pass
+    page.locator("[data-test=busy]").wait_for(timeout=15000)
+    page.screenshot(path=os.path.join(shots, "dashboard-busy.png"))
+    assert (429, "10") in statuses
+    refused = len(statuses)
+    # It waits Retry-After (the banner counts down) and then carries on by itself.
+    page.locator("[data-test=busy]").wait_for(state="detached", timeout=20000)
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    limited.wait_for(lambda: any(st == 200 for st, _ in statuses[refused:]), timeout=20)
+    assert sum(st == 429 for st, _ in statuses) <= 2   # no hammering while it waits (latest and info may both meet it)
+    # Two tabs polling side by side for 25 s: neither is refused.
+    time.sleep(10.5)
+    second = page.context.new_page()
+    statuses.clear()
+    second.on("response", lambda r: statuses.append((r.status, None)) if "/api/v1/" in r.url else None)
+    second.goto(limited.url + "/")
+    page.wait_for_timeout(25000)
+    codes = [st for st, _ in statuses]
+    assert codes.count(200) >= 10 and 429 not in codes, codes
+    second.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    page.context.close()
+
+
+# --- phone width, keyboard ---
+
+@pytest.mark.parametrize("name", ["dashboard", "history", "settings", "security", "system"])
+def test_phone_width_has_no_horizontal_scroll(browser, fast, shots, name):
+    page = _page(browser, 360, 740)
+    page.goto(fast.url + "/#/" + name)
+    page.locator("main h1").wait_for()
+    page.wait_for_timeout(1500)
+    if name == "system":
+        page.get_by_role("button", name="Laden").first.click()
+        page.get_by_role("button", name="Laden").nth(1).click()
+        page.locator("[data-test=log-ram] table").wait_for()
+    page.screenshot(path=os.path.join(shots, "phone-%s.png" % name), full_page=True)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 360, width
+    assert page.errors == []
+    page.context.close()
+
+
+def test_system_page_shows_info_led_logs_and_ota(browser, fast):
+    page = _page(browser)
+    page.goto(fast.url + "/#/system")
+    page.locator("[data-test=info-esp]").wait_for()
+    assert "esp_id" in page.locator("[data-test=info-esp]").inner_text()
+    assert page.locator("[data-test=led] .swatch").count() == 1
+    page.get_by_role("button", name="Laden").nth(1).click()
+    table = page.locator("[data-test=log-ram] table")
+    table.wait_for()
+    assert table.locator("th").all_inner_texts() == ["uptime_s", "level", "message"]
+    ram = fast.get("/api/v1/logs/ram")[1].decode().strip().splitlines()
+    assert table.locator("tbody tr").count() >= min(len(ram) - 1, 1)
+    page.get_by_role("button", name="Laden").first.click()
+    page.locator("[data-test=log-persistent] table").wait_for()
+    page.get_by_role("button", name="Auf Update prüfen").click()
+    page.get_by_text("Kein Update verfügbar").wait_for()
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Rohdaten des Lesekopfs herunterladen").click()
+    assert os.path.getsize(dl.value.path()) > 0
+    page.context.close()
+
+
+def test_keyboard_reaches_every_page(browser, fast):
+    page = _page(browser)
+    page.goto(fast.url + "/")
+    page.wait_for_function("document.activeElement.tagName === 'H1'")   # focus starts on the page heading
+    for target in ("Verlauf", "System", "Einstellungen", "Übersicht"):
+        for _ in range(12):   # from the heading, Shift+Tab walks back into the navigation
+            page.keyboard.press("Shift+Tab")
+            if page.evaluate("document.activeElement.textContent") == target:
+                break
+        assert page.evaluate("document.activeElement.textContent") == target
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('main h1').textContent === %r" % target)
+        page.wait_for_function("document.activeElement.tagName === 'H1'")   # focus moves to the new page
+    page.context.close()
+
+
+# --- the stale meter last: it silences the fast device's meter ---
+
+def test_stale_meter_shows_unknown_never_the_last_value(browser, fast, shots):
+    page = _page(browser)
+    page.goto(fast.url + "/")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    fast.control("meter", "off")
+    try:
+        fast.wait_for(lambda: fast.get("/api/v1/history/latest")[0] == 204, timeout=30)
+        page.locator("[data-test=stale]").wait_for(timeout=15000)
+        assert page.locator("[data-test=power] .big").inner_text() == "unbekannt"
+        assert page.locator("[data-test=import] .big").inner_text() == "unbekannt"
+        assert page.locator("[data-test=export] .big").inner_text() == "unbekannt"
+        page.screenshot(path=os.path.join(shots, "dashboard-stale.png"), full_page=True)
+    finally:
+        fast.control("meter", None)
+    page.locator("[data-test=stale]").wait_for(state="detached", timeout=15000)
+    page.context.close()
+
+
+def test_unreachable_device_shows_no_old_values(browser, fast):
+    page = _page(browser)
+    page.goto(fast.url + "/")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
+    page.route("**/api/v1/**", lambda route: route.abort())       # the device drops off the network
+    page.get_by_text("Gerät nicht erreichbar").first.wait_for(timeout=15000)
+    assert page.locator("[data-test=power] .big").inner_text() == "…"
+    assert page.locator("[data-test=import] .big").inner_text() == "…"
+    page.unroute("**/api/v1/**")
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')",
+                           timeout=15000)
+    page.context.close()
+
+
+# --- the page's rules against the device's ---
+
+_CANDIDATES = {
+    "bool": [True, False, "true", 1, None],
+    "int": [0, 1, 2, 502, 1440, 1441, 3600, 3601, 65535, 65536, -1, "5", True],
+    "choice": [0, 3, 4, 5, 9, 203, 213, 214, "5", None],
+    "ratio": [1, 0.9, 1.5, 2.55, 10000, 10000.1, 10001, 0.1, 99.9, 123.4, "2", True],
+    "text": ["", "Meter Plus", "x" * 31, "x" * 32, "x" * 64, "x" * 65, "\U0001F600" * 16, "\U0001F600" * 32,
+             "a\tb", "a\x7fb", "Zähler"],
+    "topic": ["", "home/meter", "a+b", "a#", "a/", "x" * 64, "x" * 65],
+    "ssid": ["", "Home", "x" * 32, "x" * 33, "ä" * 16, "ä" * 17],
+    "wpa": ["", "short", "12345678", "x" * 63, "x" * 64, "ä" * 31, "ä" * 32, None],
+    "secret": ["", "x" * 64, "x" * 65, None],
+    "ipv4": ["", "192.168.1.10", "10.0.0", "256.1.1.1", "01.2.3.4", "1.2.3.4.5", "a.b.c.d", "0.0.0.0"],
+    "mask": ["", "255.255.255.0", "255.0.255.0", "0.0.0.0", "255.255.255.255", "255.255.254.0", "1.2.3"],
+    "host": ["", "pool.ntp.org", "192.168.1.2", "-bad.example", "bad-.example", "a_b", "x" * 64, "ok-host"],
+    "lang": ["de", "en", "fr", ""],
+}
+
+
+def test_the_pages_rules_match_the_devices(browser, plain):
+    from core.settings import SCHEMA, check
+
+    page = _page(browser)
+    page.goto(plain.url + "/")
+    page.wait_for_function("window.meterplus !== undefined")
+    assert sorted(page.evaluate("Object.keys(window.meterplus.SCHEMA)")) == sorted(SCHEMA)   # every key
+    cases = []
+    for key, (kind, _a, _b) in SCHEMA.items():
+        for value in _CANDIDATES.get(kind, []):
+            if kind in ("int", "choice", "ratio", "bool") and not isinstance(value, (int, float)) or \
+                    isinstance(value, bool) and kind != "bool":
+                continue   # the page only ever passes numbers (parsed) and booleans (checkboxes) for these
+            if kind not in ("bool",) and value is None and kind not in ("wpa", "secret"):
+                continue
+            if kind == "bool" and not isinstance(value, bool):
+                continue
+            if kind in ("text", "topic", "ssid", "ipv4", "mask", "host", "lang") and not isinstance(value, str):
+                continue
+            cases.append((key, value))
+    page_says = page.evaluate("cs => cs.map(([k, v]) => window.meterplus.check(k, v))", cases)
+    wrong = []
+    for (key, value), js in zip(cases, page_says):
+        _norm, err = check(key, value, lambda z: True)
+        if (err is None) != (js == ""):
+            wrong.append((key, value, err, js))
+    assert len(cases) > 150 and wrong == []
+    page.context.close()
+
+
+def test_restart_button_restarts_the_device(browser, plain):
+    page = _page(browser)
+    page.goto(plain.url + "/#/system")
+    page.locator("[data-test=info-uptime]").wait_for()
+    asked = []
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.get_by_role("button", name="Jetzt neu starten").click()
+    page.get_by_text("Startet neu").wait_for()
+    assert asked == ["Gerät jetzt neu starten?"]
+
+    def restarted():
+        try:
+            status, info, _ = plain.get("/api/v1/system/info")
+        except OSError:
+            return False
+        return status == 200 and {e["name"]: e["value"] for e in info["uptime"]}["reset_reason"] == "SOFTWARE"
+
+    plain.wait_for(restarted, timeout=60)
+    page.context.close()

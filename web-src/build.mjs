@@ -1,0 +1,36 @@
+// Build: bundle and minify the app (esbuild), inline JS and CSS into one HTML file, gzip it into ../web/ with a
+// manifest (web/files.tsv: url, file, ETag, Content-Type, Cache-Control) that the firmware serves from.
+// One file means one request per page load (a reload is one 304): the device's rate limit is 25 requests / 10 s.
+import { build } from 'esbuild';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
+
+const BUDGET = 60 * 1024; // the whole interface, gzipped (issue 10)
+const OUT = '../web';
+
+const js = await build({
+  entryPoints: ['src/main.js'], bundle: true, minify: true, format: 'iife', target: ['es2020'], write: false,
+  legalComments: 'none', logLevel: 'warning',
+});
+const css = await build({
+  stdin: { contents: '@import "uplot/dist/uPlot.min.css";\n@import "./src/style.css";', resolveDir: '.', loader: 'css' },
+  bundle: true, minify: true, write: false, logLevel: 'warning',
+});
+const jsText = js.outputFiles[0].text.replace(/<\/script/gi, '<\\/script');
+const cssText = css.outputFiles[0].text.replace(/<\/style/gi, '<\\/style');
+const page = readFileSync('index.html', 'utf8').replace('/*CSS*/', () => cssText).replace('/*JS*/', () => jsText);
+const gz = gzipSync(Buffer.from(page), { level: 9 }); // Node writes mtime 0: the same sources give the same bytes
+
+mkdirSync(OUT, { recursive: true });
+for (const f of readdirSync(OUT)) if (f !== 'README.md') unlinkSync(OUT + '/' + f);
+writeFileSync(OUT + '/index.html.gz', gz);
+const etag = '"' + createHash('sha256').update(gz).digest('hex').slice(0, 16) + '"';
+writeFileSync(OUT + '/files.tsv', `/\tindex.html.gz\t${etag}\ttext/html; charset=utf-8\tno-cache\n`);
+
+const sizes = { js: jsText.length, css: cssText.length, html: page.length, gzip: gz.length };
+console.log(`web/index.html.gz: ${gz.length} bytes gzipped (html ${page.length}, js ${sizes.js}, css ${sizes.css}), ETag ${etag}`);
+if (gz.length > BUDGET) {
+  console.error(`over the budget of ${BUDGET} bytes gzipped`);
+  process.exit(1);
+}

@@ -1,0 +1,158 @@
+// REST client of the page: same origin, token from sessionStorage, 401/403 raised to the app, 429 back-off.
+const TOKEN = 'mp.token';
+const BACKOFF = 'mp.backoff'; // shared by the tabs of this origin: when one tab is refused, all of them wait
+
+export const bus = new EventTarget();
+const emit = (type, detail) => bus.dispatchEvent(new CustomEvent(type, { detail }));
+
+export const getToken = () => sessionStorage.getItem(TOKEN) || '';
+export function setToken(t) {
+  if (t) sessionStorage.setItem(TOKEN, t);
+  else sessionStorage.removeItem(TOKEN);
+  emit('token', !!t);
+}
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || (status ? 'HTTP ' + status : 'network error'));
+    this.status = status;
+    this.fields = (body && body.fields) || null;
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let localUntil = 0;
+export function backoffLeft() {
+  const shared = +localStorage.getItem(BACKOFF) || 0;
+  return Math.max(0, Math.max(localUntil, shared) - Date.now());
+}
+
+// One request; `as`: 'json' (default), 'text' or 'blob'. A 429 waits Retry-After and tries again (twice at most):
+// the refused request was not processed, so repeating a POST is safe.
+export async function api(path, opts = {}) {
+  const { method = 'GET', body, as = 'json' } = opts;
+  for (let attempt = 0; ; attempt++) {
+    const wait = backoffLeft();
+    if (wait > 0) await sleep(wait);
+    const headers = {};
+    const t = getToken();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    let payload;
+    if (body !== undefined) {
+      const plain = typeof body === 'string';
+      headers['Content-Type'] = plain ? 'text/plain' : 'application/json';
+      payload = plain ? body : JSON.stringify(body);
+    }
+    let r;
+    try {
+      r = await fetch('/api/v1' + path, { method, headers, body: payload, cache: 'no-store' });
+    } catch (e) {
+      emit('offline', true);
+      throw new ApiError(0, null);
+    }
+    emit('offline', false);
+    if (r.status === 429 || r.status === 503) {
+      const s = Math.min(60, parseInt(r.headers.get('Retry-After'), 10) || 10);
+      const until = Date.now() + s * 1000;
+      localUntil = until;
+      localStorage.setItem(BACKOFF, String(until));
+      emit('busy', s);
+      if (attempt < 2) continue;
+    }
+    if (r.status === 204) return null;
+    let data = null;
+    if (r.ok && as === 'blob') return r.blob();
+    const text = await r.text();
+    if (r.ok && as === 'text') return text;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (e) {
+      data = null;
+    }
+    if (r.ok) return data;
+    // A 403 for a READ token asks for the WRITE token; other refusals (e.g. a cross-site check) are only shown.
+    if (r.status === 401 || (r.status === 403 && /token/i.test((data && data.error) || ''))) emit('auth', r.status);
+    throw new ApiError(r.status, data);
+  }
+}
+
+// Poll fn every ms while the tab is visible (a hidden tab costs the device nothing); returns a stop function.
+export function poller(fn, ms) {
+  let timer = 0;
+  let stopped = false;
+  const tick = async () => {
+    timer = 0;
+    if (stopped) return;
+    if (!document.hidden) {
+      try {
+        await fn();
+      } catch (e) {
+        /* shown by the page; the next tick tries again */
+      }
+    }
+    if (!stopped) timer = setTimeout(tick, ms + backoffLeft());
+  };
+  const onVisible = () => {
+    if (!document.hidden && !timer && !stopped) tick();
+  };
+  document.addEventListener('visibilitychange', onVisible);
+  tick();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    document.removeEventListener('visibilitychange', onVisible);
+  };
+}
+
+// Save bytes under a file name (CSV, rawdump): fetched with the token, so it works with authentication on.
+export function download(name, data, type) {
+  const blob = data instanceof Blob ? data : new Blob([data], { type });
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  setTimeout(() => {
+    URL.revokeObjectURL(a.href);
+    a.remove();
+  }, 1000);
+}
+
+// RFC 4180 CSV text -> rows of fields (quoted fields, doubled quotes, commas and newlines inside quotes).
+export function parseCsv(text) {
+  const rows = [];
+  let row = [];
+  let field = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"') {
+        if (text[i + 1] === '"') {
+          field += '"';
+          i++;
+        } else quoted = false;
+      } else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') {
+      row.push(field);
+      field = '';
+    } else if (c === '\n' || c === '\r') {
+      if (c === '\r' && text[i + 1] === '\n') i++;
+      row.push(field);
+      rows.push(row);
+      row = [];
+      field = '';
+    } else field += c;
+  }
+  if (field || row.length) {
+    row.push(field);
+    rows.push(row);
+  }
+  return rows;
+}
+
+export const csvField = (v) => {
+  const s = v === undefined || v === null ? '' : String(v);
+  return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+};

@@ -1,0 +1,71 @@
+// Dashboard: signed power, totals, the other readings, meter health; one request per 4 s, info every 20 s.
+import { useEffect, useState } from 'preact/hooks';
+import { api, poller } from './api.js';
+import { num, t } from './i18n.js';
+import { Msg, Table, deviceUtc, errText, html, noteInfo, sectionMap } from './ui.js';
+
+export const LATEST_MS = 4000;
+export const INFO_MS = 20000;
+
+export function Dashboard() {
+  const [latest, setLatest] = useState(undefined); // undefined: not loaded; null: 204 (meter silent)
+  const [meter, setMeter] = useState(null);
+  const [err, setErr] = useState('');
+  useEffect(() => {
+    const stopLatest = poller(async () => {
+      try {
+        setLatest(await api('/history/latest'));
+        setErr('');
+      } catch (e) {
+        setErr(errText(e));
+        if (!e.status || e.status >= 500) setLatest(undefined); // device unreachable: old values are not shown
+        throw e;
+      }
+    }, LATEST_MS);
+    const stopInfo = poller(async () => {
+      const info = await api('/system/info');
+      noteInfo(info);
+      setMeter(sectionMap(info.meter));
+    }, INFO_MS);
+    return () => {
+      stopLatest();
+      stopInfo();
+    };
+  }, []);
+
+  const stale = latest === null; // 204: no current reading, never the last value
+  const p = latest && latest['16.7.0'] ? latest['16.7.0'].value : null;
+  const dir = p === null ? '' : p > 0 ? 'import' : p < 0 ? 'export' : 'idle';
+  const total = (k) => (latest === undefined ? '…' : latest && latest[k] ? num(latest[k].value, 3) + ' kWh' : t('unknown'));
+  const age = latest && latest.timestamp ? Math.max(0, Math.round(deviceUtc() - latest.timestamp)) : null;
+  const others = latest
+    ? Object.keys(latest)
+        .filter((k) => /^\d+\.\d+\.\d+$/.test(k) && !['16.7.0', '1.8.0', '2.8.0'].includes(k))
+        .map((k) => [latest[k].name, num(latest[k].value, latest[k].unit === 'W' ? 0 : 2) + ' ' + latest[k].unit])
+    : [];
+  return html`<section aria-labelledby="h-dash">
+    <h1 id="h-dash">${t('dashboard')}</h1>
+    <${Msg} kind="err">${err}<//>
+    ${stale && html`<p class="msg warn" role="status" data-test="stale">${t('stale')}</p>`}
+    <div class="cards">
+      <div class=${'card power ' + dir} data-test="power">
+        <h2>${t('power')}</h2>
+        <p class="big">${latest === undefined ? '…' : p === null ? t('unknown') : num(Math.abs(p), 0) + ' W'}</p>
+        <p class="dir">${dir === 'import' ? '↓ ' + t('importing') : dir === 'export' ? '↑ ' + t('exporting') : dir === 'idle' ? t('idle') : ''}</p>
+        ${p !== null && html`<p class="small">${t('power')}: ${num(p, 0)} W</p>`}
+      </div>
+      <div class="card" data-test="import"><h2>${t('importTotal')}</h2><p class="big">${total('1.8.0')}</p></div>
+      <div class="card" data-test="export"><h2>${t('exportTotal')}</h2><p class="big">${total('2.8.0')}</p></div>
+    </div>
+    <h2>${t('meterHealth')}</h2>
+    <${Table} rows=${[
+      [t('lastTelegram'), age === null ? t('unknown') : t('secondsAgo', age)],
+      [t('protocol'), (meter && meter.protocol) || t('unknown')],
+      [t('telegrams'), meter ? meter.telegrams_ok : '–'],
+      [t('crcErrors'), meter ? meter.crc_errors : '–'],
+      [t('state'), meter ? meter.state + (meter.stale ? ' (stale)' : '') : '–'],
+    ]} />
+    ${others.length > 0 && html`<h2>${t('values')}</h2><${Table} rows=${others} />`}
+    ${latest && latest.datetime && html`<p class="small">${t('updated')}: ${latest.datetime.replace('T', ' ')}</p>`}
+  </section>`;
+}

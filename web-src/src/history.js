@@ -1,0 +1,167 @@
+// History: a day of quarter hours and a range of days as charts and CSV, labelled in the device's time zone.
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { api, csvField, download } from './api.js';
+import { Chart, bars, noPoints, steps } from './chart.js';
+import { num, t } from './i18n.js';
+import { Msg, addDays, deviceToday, errText, html } from './ui.js';
+
+// Labels come from the device's own local time strings (item.date), so a DST day's 92 or 100 quarter hours and the
+// repeated autumn hour are labelled as the device counted them; the browser's zone plays no part.
+function labeller(items, withDay) {
+  const at = new Map(items.map((it) => [it.timestamp, it.date]));
+  return (v) => {
+    const d = at.get(v);
+    if (!d) return '';
+    return withDay ? d.slice(5, 10).split('-').reverse().join('.') : d.slice(11, 16);
+  };
+}
+
+// Axis ticks on item instants: every stepH-th local hour of the day chart, every k-th day of the range chart.
+function daySplits(items, stepH) {
+  return items.filter((it) => it.date.endsWith(':00') && +it.date.slice(11, 13) % stepH === 0).map((it) => it.timestamp);
+}
+
+function axisX(label, splits) {
+  return { splits: () => splits, values: (u, vals) => vals.map(label), stroke: '#555', grid: { stroke: '#eee' } };
+}
+const axisY = (size) => ({ size: size || 56, stroke: '#555', grid: { stroke: '#eee' } });
+
+function DayCharts({ items }) {
+  const phone = typeof innerWidth === 'number' && innerWidth < 600;
+  const { power, energy } = useMemo(() => {
+    const xs = items.map((it) => it.timestamp);
+    const label = labeller(items, false);
+    const splits = daySplits(items, phone ? 6 : 3);
+    const x = { time: false };
+    const xSeries = { label: t('day'), value: (u, v) => (v === null ? '–' : label(v)) };
+    return {
+      power: {
+        opts: {
+          scales: { x },
+          axes: [axisX(label, splits), axisY()],
+          series: [xSeries, { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, fill: 'rgba(37,99,235,.08)',
+            value: (u, v) => (v === null ? '–' : num(v, 0)) }],
+        },
+        data: [xs, items.map((it) => (it.power_W === undefined ? null : it.power_W))],
+      },
+      energy: {
+        opts: {
+          scales: { x },
+          axes: [axisX(label, splits), axisY()],
+          series: [
+            xSeries,
+            { label: t('importWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(v, 1)) },
+            { label: t('exportWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(-v, 1)) },
+          ],
+        },
+        data: [xs, items.map((it) => it.import_kW * 1000), items.map((it) => (it.export_kW === undefined ? null : -it.export_kW * 1000))],
+      },
+    };
+  }, [items]);
+  return html`<${Chart} opts=${power.opts} data=${power.data} label=${t('powerW')} />
+    <${Chart} opts=${energy.opts} data=${energy.data} label=${t('importWh') + ' / ' + t('exportWh')} />`;
+}
+
+function RangeChart({ items }) {
+  const { opts, data } = useMemo(() => {
+    const label = labeller(items, true);
+    const k = Math.max(1, Math.ceil(items.length / 8));
+    const splits = items.filter((_, i) => i % k === 0).map((it) => it.timestamp);
+    return {
+      opts: {
+        scales: { x: { time: false } },
+        axes: [axisX(label, splits), axisY()],
+        series: [
+          { label: t('day'), value: (u, v) => (v === null ? '–' : label(v)) },
+          { label: t('importKWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(v, 2)) },
+          { label: t('exportKWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(-v, 2)) },
+        ],
+      },
+      data: [items.map((it) => it.timestamp), items.map((it) => it.import_kWh), items.map((it) => (it.export_kWh === undefined ? null : -it.export_kWh))],
+    };
+  }, [items]);
+  return html`<${Chart} opts=${opts} data=${data} label=${t('importKWh') + ' / ' + t('exportKWh')} />`;
+}
+
+// The day's UTC offset at its first and last record (local wall time minus UTC): a rise is the short spring day
+// (92 quarter hours), a fall the long autumn day (100).
+const offsetOf = (it) => Date.parse(it.date + ':00Z') / 1000 - it.timestamp;
+export function dstKind(items) {
+  if (items.length < 2) return '';
+  const a = offsetOf(items[0]);
+  const b = offsetOf(items[items.length - 1]);
+  return b > a ? t('dstShort') : b < a ? t('dstLong') : '';
+}
+
+const DAY_COLS = ['date', 'timestamp', 'power_W', 'import_kW', 'export_kW', 'import_total_kWh', 'export_total_kWh'];
+const RANGE_COLS = ['date', 'timestamp', 'import_kWh', 'export_kWh', 'import_total_kWh', 'export_total_kWh'];
+function csv(cols, items) {
+  // import_kW/export_kW of a quarter hour are its energy in kWh (the API's names): the header says so.
+  const head = cols.map((c) => (c === 'import_kW' ? 'import_kWh' : c === 'export_kW' ? 'export_kWh' : c));
+  return [head.join(','), ...items.map((it) => cols.map((c) => csvField(it[c])).join(','))].join('\r\n') + '\r\n';
+}
+
+export function History() {
+  const [date, setDate] = useState(deviceToday());
+  const [day, setDay] = useState(null);
+  const [dayErr, setDayErr] = useState('');
+  const [start, setStart] = useState(addDays(deviceToday(), -29));
+  const [days, setDays] = useState(30);
+  const [range, setRange] = useState(null);
+  const [rangeErr, setRangeErr] = useState('');
+
+  const loadDay = async (d) => {
+    setDayErr('');
+    try {
+      setDay(await api('/history/highRes?date=' + d));
+    } catch (e) {
+      setDay(null);
+      setDayErr(errText(e));
+    }
+  };
+  const loadRange = async (s, n) => {
+    setRangeErr('');
+    try {
+      setRange(await api('/history/lowRes?start=' + s + '&days=' + n));
+    } catch (e) {
+      setRange(null);
+      setRangeErr(errText(e));
+    }
+  };
+  useEffect(() => {
+    loadDay(date);
+    loadRange(start, days);
+  }, []);
+
+  const n = day ? day.items.length : 0;
+  const kind = dstKind(day ? day.items : []);
+  return html`<section aria-labelledby="h-hist">
+    <h1 id="h-hist">${t('history')}</h1>
+    <p class="small">${t('tzNote')}</p>
+    <h2>${t('day')}</h2>
+    <form class="row" onSubmit=${(e) => { e.preventDefault(); loadDay(date); }}>
+      <label>${t('day')} <input type="date" name="date" value=${date} required onInput=${(e) => setDate(e.target.value)} /></label>
+      <button type="submit">${t('show')}</button>
+      <button type="button" disabled=${!n} onClick=${() => download('meterplus-' + date + '.csv', csv(DAY_COLS, day.items), 'text/csv')}>${t('csv')}</button>
+    </form>
+    <${Msg} kind="err">${dayErr}<//>
+    ${day && (n
+      ? html`<p data-test="day-summary">${t('quarterHours', n)}${kind} · ${t('importKWh')}: ${num(day.import_total_kWh, 3)} · ${t('exportKWh')}: ${num(day.export_total_kWh, 3)}</p>
+          <${DayCharts} items=${day.items} />`
+      : html`<p>${t('noData')}</p>`)}
+    <h2>${t('range')}</h2>
+    <form class="row" onSubmit=${(e) => { e.preventDefault(); loadRange(start, days); }}>
+      <label>${t('from')} <input type="date" name="start" value=${start} required onInput=${(e) => setStart(e.target.value)} /></label>
+      <label>${t('days')} <select name="days" value=${days} onChange=${(e) => setDays(+e.target.value)}>
+        ${[7, 14, 31, 92, 183, 366].concat([30].filter(() => ![7, 14, 31, 92, 183, 366].includes(days))).sort((a, b) => a - b).map((d) => html`<option value=${d}>${d}</option>`)}
+      </select></label>
+      <button type="submit">${t('show')}</button>
+      <button type="button" disabled=${!(range && range.items.length)} onClick=${() => download('meterplus-' + start + '-' + days + 'd.csv', csv(RANGE_COLS, range.items), 'text/csv')}>${t('csv')}</button>
+    </form>
+    <${Msg} kind="err">${rangeErr}<//>
+    ${range && (range.items.length
+      ? html`<p data-test="range-summary">${t('nDays', range.items.length)} · ${t('importKWh')}: ${num(range.import_total_kWh, 3)} · ${t('exportKWh')}: ${num(range.export_total_kWh, 3)}</p>
+          <${RangeChart} items=${range.items} />`
+      : html`<p>${t('noData')}</p>`)}
+  </section>`;
+}

@@ -1,0 +1,131 @@
+// German and English texts; the device's language.active chooses (remembered for the next start of the page).
+const T = {
+  de: {
+    dashboard: 'Übersicht', history: 'Verlauf', settings: 'Einstellungen', security: 'Sicherheit', system: 'System',
+    power: 'Leistung', importing: 'Bezug aus dem Netz', exporting: 'Einspeisung ins Netz', idle: 'Kein Fluss',
+    importTotal: 'Bezug gesamt', exportTotal: 'Einspeisung gesamt', unknown: 'unbekannt',
+    stale: 'Zähler schweigt: Werte unbekannt', meterHealth: 'Zählerverbindung', lastTelegram: 'Letztes Telegramm',
+    secondsAgo: 'vor %s s', crcErrors: 'CRC-Fehler', protocol: 'Protokoll', telegrams: 'Telegramme', state: 'Zustand',
+    values: 'Messwerte', updated: 'Stand', offline: 'Gerät nicht erreichbar', busy: 'Gerät ausgelastet: nächster Versuch in %s s',
+    day: 'Tag', nDays: (n) => (n === 1 ? '1 Tag' : n + ' Tage'), range: 'Zeitraum', from: 'Ab', days: 'Tage', show: 'Anzeigen', csv: 'CSV herunterladen',
+    quarterHours: '%s Viertelstunden', dstShort: ' (Sommerzeitbeginn: 23 Stunden)', dstLong: ' (Sommerzeitende: 25 Stunden)',
+    noData: 'Keine Daten für diesen Zeitraum', powerW: 'Leistung (W)', importWh: 'Bezug (Wh)', exportWh: 'Einspeisung (Wh)',
+    importKWh: 'Bezug (kWh)', exportKWh: 'Einspeisung (kWh)', sum: 'Summe', tzNote: 'Zeitachse in der Zeitzone des Geräts',
+    save: 'Speichern', saved: 'Gespeichert.', nothingChanged: 'Nichts geändert.', appliedNow: 'Sofort wirksam: %s',
+    afterRestart: 'Wirksam nach Neustart: %s', restartNow: 'Jetzt neu starten', restarting: 'Startet neu …',
+    fixErrors: 'Bitte die markierten Felder korrigieren.', keepPw: 'leer lassen = gespeichertes behalten',
+    clearPw: 'Gespeichertes Passwort löschen', pwSet: 'gesetzt', pwNotSet: 'nicht gesetzt',
+    confirmAp: 'Zugangspunkt-Schutz ohne Passwort aktivieren? Ohne Passwort startet der Zugangspunkt ungeschützt.',
+    confirmSsid: 'Die SSID von „%s“ ändert sich, das Passwort ist leer: Das bisherige Passwort wird weiterverwendet. Fortfahren?',
+    general: 'Allgemein', wifiPrimary: 'WLAN (primär)', wifiSecondary: 'WLAN (sekundär)', ap: 'Zugangspunkt',
+    mqtt: 'MQTT', modbus: 'Modbus TCP', cloud: 'Cloud', meter: 'Zähler', ca: 'CA-Zertifikat (TLS)',
+    caCustom: 'Eigenes Zertifikat gespeichert (%s Bytes)', caNone: 'Kein eigenes Zertifikat', upload: 'Hochladen',
+    remove: 'Löschen', pairToken: 'Kopplungs-Token', pair: 'Koppeln', unpair: 'Entkoppeln',
+    tokenTitle: 'Zugangs-Token', tokenAsk: 'Das Gerät verlangt ein Token. Bitte eingeben:', tokenWrite: 'Diese Aktion braucht das WRITE-Token.',
+    signIn: 'Anmelden', signOut: 'Token vergessen', cancel: 'Abbrechen', tokenInSession: 'Ein Token ist für diese Sitzung gespeichert.',
+    noToken: 'Kein Token gespeichert.', authRequired: 'Token-Anmeldung verlangen (api_auth_required)',
+    authOn: 'Anmeldung ist eingeschaltet.', authOff: 'Anmeldung ist ausgeschaltet: jeder im Netz kann lesen und ändern.',
+    rotate: 'Neue Tokens erzeugen', pending: 'Neues Token-Paar (nur jetzt sichtbar: bitte notieren)',
+    confirmTokens: 'Tokens bestätigen', expiresIn: 'Gültig noch %s s', expired: 'Abgelaufen: bitte neu erzeugen.',
+    tokensActive: 'Neue Tokens aktiv; die alten gelten nicht mehr. Das WRITE-Token ist für diese Sitzung gespeichert.',
+    readToken: 'READ-Token', writeToken: 'WRITE-Token', enable: 'Einschalten', disable: 'Ausschalten',
+    info: 'Geräteinformation', led: 'Status-LED', logs: 'Protokolle', persistentLog: 'Dauerhaftes Protokoll',
+    ramLog: 'RAM-Protokoll', load: 'Laden', rawdump: 'Rohdaten des Lesekopfs herunterladen', ota: 'Update',
+    otaCheck: 'Auf Update prüfen', otaStart: 'Update starten', otaNone: 'Kein Update verfügbar (installiert: %s)',
+    otaAvail: 'Update verfügbar: %s', reboot: 'Neu starten', confirmReboot: 'Gerät jetzt neu starten?',
+    empty: '(leer)', error: 'Fehler', checkedPage: 'Ungültig',
+    r_len: 'höchstens %s Zeichen', r_bytes: 'höchstens %s Bytes', r_wpa: '8 bis 63 Bytes (WPA2)', r_int: 'ganze Zahl %s bis %s',
+    r_ip: 'IPv4-Adresse wie 192.168.1.10', r_mask: 'Netzmaske wie 255.255.255.0', r_host: 'Hostname oder IPv4-Adresse',
+    r_ratio: '1 bis 10000 in Schritten von 0,1', r_topic: 'ohne +, # und ohne / am Ende', r_ctrl: 'keine Steuerzeichen',
+    r_required: 'erforderlich', r_apPw: 'mindestens 8 Zeichen',
+    f: {
+      device_name: 'Gerätename', ledEnable: 'Status-LED an', 'language.active': 'Sprache', timezone: 'Zeitzone',
+      ntp_server: 'NTP-Server', medianFilterSize: 'Medianfilter', ctRatio: 'Wandlerfaktor (ctRatio)', autoOta: 'Automatische Updates',
+      'history.flushMinutes': 'Verlauf auf Flash schreiben alle (min)', cloudIotEnabled: 'Cloud-Verbindung',
+      ssid: 'SSID', password: 'Passwort', enable: 'Aktiv', static_ip: 'Feste IP-Adresse', ip: 'IP-Adresse', subnet: 'Netzmaske',
+      gateway: 'Gateway', dns: 'DNS-Server (leer = Gateway)', password_enable: 'Mit Passwort schützen (WPA2)',
+      host: 'Broker', port: 'Port', use_tls: 'TLS', user: 'Benutzer', client_id: 'Client-ID (leer = automatisch)',
+      topic_prefix: 'Topic-Präfix (leer = automatisch)', sendInterval: 'Sendeintervall (s)', discovery_prefix: 'Home-Assistant-Präfix',
+      model: 'SunSpec-Modell', off: 'Aus',
+    },
+  },
+  en: {
+    dashboard: 'Dashboard', history: 'History', settings: 'Settings', security: 'Security', system: 'System',
+    power: 'Power', importing: 'Importing from the grid', exporting: 'Feeding into the grid', idle: 'No flow',
+    importTotal: 'Import total', exportTotal: 'Export total', unknown: 'unknown',
+    stale: 'Meter silent: values unknown', meterHealth: 'Meter link', lastTelegram: 'Last telegram',
+    secondsAgo: '%s s ago', crcErrors: 'CRC errors', protocol: 'Protocol', telegrams: 'Telegrams', state: 'State',
+    values: 'Readings', updated: 'Updated', offline: 'Device not reachable', busy: 'Device busy: next try in %s s',
+    day: 'Day', nDays: (n) => (n === 1 ? '1 day' : n + ' days'), range: 'Range', from: 'From', days: 'Days', show: 'Show', csv: 'Download CSV',
+    quarterHours: '%s quarter hours', dstShort: ' (DST starts: 23 hours)', dstLong: ' (DST ends: 25 hours)',
+    noData: 'No data for this period', powerW: 'Power (W)', importWh: 'Import (Wh)', exportWh: 'Export (Wh)',
+    importKWh: 'Import (kWh)', exportKWh: 'Export (kWh)', sum: 'Total', tzNote: 'Time axis in the device time zone',
+    save: 'Save', saved: 'Saved.', nothingChanged: 'Nothing changed.', appliedNow: 'Applied now: %s',
+    afterRestart: 'After a restart: %s', restartNow: 'Restart now', restarting: 'Restarting …',
+    fixErrors: 'Please correct the marked fields.', keepPw: 'empty = keep the stored one',
+    clearPw: 'Delete the stored password', pwSet: 'set', pwNotSet: 'not set',
+    confirmAp: 'Enable access point protection without a password? Without one the access point starts unprotected.',
+    confirmSsid: 'The SSID of "%s" changes and the password is empty: the old password will be reused. Continue?',
+    general: 'General', wifiPrimary: 'WiFi (primary)', wifiSecondary: 'WiFi (secondary)', ap: 'Access point',
+    mqtt: 'MQTT', modbus: 'Modbus TCP', cloud: 'Cloud', meter: 'Meter', ca: 'CA certificate (TLS)',
+    caCustom: 'Custom certificate stored (%s bytes)', caNone: 'No custom certificate', upload: 'Upload',
+    remove: 'Delete', pairToken: 'Pairing token', pair: 'Pair', unpair: 'Unpair',
+    tokenTitle: 'Access token', tokenAsk: 'The device requires a token. Please enter it:', tokenWrite: 'This action needs the WRITE token.',
+    signIn: 'Sign in', signOut: 'Forget token', cancel: 'Cancel', tokenInSession: 'A token is kept for this session.',
+    noToken: 'No token kept.', authRequired: 'Require a token (api_auth_required)',
+    authOn: 'Authentication is on.', authOff: 'Authentication is off: anyone on the network can read and change.',
+    rotate: 'Generate new tokens', pending: 'New token pair (shown only now: write it down)',
+    confirmTokens: 'Confirm tokens', expiresIn: 'Valid for %s s', expired: 'Expired: please generate again.',
+    tokensActive: 'New tokens active; the old ones no longer work. The WRITE token is kept for this session.',
+    readToken: 'READ token', writeToken: 'WRITE token', enable: 'Turn on', disable: 'Turn off',
+    info: 'Device information', led: 'Status LED', logs: 'Logs', persistentLog: 'Persistent log',
+    ramLog: 'RAM log', load: 'Load', rawdump: 'Download the IR head raw data', ota: 'Update',
+    otaCheck: 'Check for update', otaStart: 'Start update', otaNone: 'No update available (installed: %s)',
+    otaAvail: 'Update available: %s', reboot: 'Restart', confirmReboot: 'Restart the device now?',
+    empty: '(empty)', error: 'Error', checkedPage: 'Invalid',
+    r_len: 'at most %s characters', r_bytes: 'at most %s bytes', r_wpa: '8 to 63 bytes (WPA2)', r_int: 'integer %s to %s',
+    r_ip: 'IPv4 address like 192.168.1.10', r_mask: 'netmask like 255.255.255.0', r_host: 'host name or IPv4 address',
+    r_ratio: '1 to 10000 in steps of 0.1', r_topic: 'no +, # and no trailing /', r_ctrl: 'no control characters',
+    r_required: 'required', r_apPw: 'at least 8 characters',
+    f: {
+      device_name: 'Device name', ledEnable: 'Status LED on', 'language.active': 'Language', timezone: 'Time zone',
+      ntp_server: 'NTP server', medianFilterSize: 'Median filter', ctRatio: 'CT ratio', autoOta: 'Automatic updates',
+      'history.flushMinutes': 'Write history to flash every (min)', cloudIotEnabled: 'Cloud connection',
+      ssid: 'SSID', password: 'Password', enable: 'Enabled', static_ip: 'Static IP address', ip: 'IP address', subnet: 'Netmask',
+      gateway: 'Gateway', dns: 'DNS server (empty = gateway)', password_enable: 'Protect with a password (WPA2)',
+      host: 'Broker', port: 'Port', use_tls: 'TLS', user: 'User', client_id: 'Client ID (empty = automatic)',
+      topic_prefix: 'Topic prefix (empty = automatic)', sendInterval: 'Publish interval (s)', discovery_prefix: 'Home Assistant prefix',
+      model: 'SunSpec model', off: 'Off',
+    },
+  },
+};
+
+let lang = localStorage.getItem('mp.lang') || ((navigator.language || '').startsWith('de') ? 'de' : 'en');
+export const getLang = () => lang;
+export function setLang(code) {
+  if (T[code] && code !== lang) {
+    lang = code;
+    localStorage.setItem('mp.lang', code);
+    document.documentElement.lang = code;
+    return true;
+  }
+  return false;
+}
+document.documentElement.lang = lang;
+
+// t('key', a, b): the text with each %s replaced in turn.
+export function t(key, ...args) {
+  let s = T[lang][key];
+  if (typeof s === 'function') return s(...args);
+  if (s === undefined) s = key;
+  for (const a of args) s = s.replace('%s', a);
+  return s;
+}
+export const fieldLabel = (key) => {
+  const f = T[lang].f;
+  return f[key] || f[key.split('.').pop()] || key;
+};
+export const num = (v, digits) =>
+  v === null || v === undefined || Number.isNaN(v)
+    ? '–'
+    : Number(v).toLocaleString(lang === 'de' ? 'de-DE' : 'en-GB', { minimumFractionDigits: digits, maximumFractionDigits: digits });

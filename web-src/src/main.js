@@ -1,0 +1,112 @@
+// The app shell: navigation by hash, the token prompt (401/403), busy/offline banners, language from the device.
+import { render } from 'preact';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { api, backoffLeft, bus, getToken, setToken } from './api.js';
+import { Dashboard } from './dashboard.js';
+import { History } from './history.js';
+import { getLang, setLang, t } from './i18n.js';
+import { Security } from './security.js';
+import { Settings } from './settings.js';
+import { System } from './system.js';
+import { SCHEMA, check } from './rules.js';
+import { html } from './ui.js';
+
+const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
+const pageOf = () => {
+  const p = location.hash.replace(/^#\/?/, '');
+  return PAGES[p] ? p : 'dashboard';
+};
+
+function TokenPrompt({ status, onDone }) {
+  const [value, setValue] = useState('');
+  const input = useRef(null);
+  useEffect(() => input.current && input.current.focus(), []);
+  const submit = (e) => {
+    e.preventDefault();
+    setToken(value.trim());
+    onDone(true);
+  };
+  return html`<div class="overlay" onKeyDown=${(e) => e.key === 'Escape' && onDone(false)}>
+    <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" onSubmit=${submit}>
+      <h2 id="tok-h">${t('tokenTitle')}</h2>
+      <p>${status === 403 ? t('tokenWrite') : t('tokenAsk')}</p>
+      <label for="tok-in">${status === 403 ? t('writeToken') : t('tokenTitle')}</label>
+      <input id="tok-in" ref=${input} type="password" autocomplete="off" value=${value} onInput=${(e) => setValue(e.target.value)} required />
+      <div class="row"><button type="submit">${t('signIn')}</button>
+        <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
+    </form></div>`;
+}
+
+function App() {
+  const [page, setPage] = useState(pageOf());
+  const [gen, setGen] = useState(0); // remounts the page after a new token or language
+  const [auth, setAuth] = useState(0);
+  const [busy, setBusy] = useState(0);
+  const [offline, setOffline] = useState(false);
+  const [name, setName] = useState('Meter Plus');
+  const [, setLangTick] = useState(0);
+
+  const applyDoc = (doc) => {
+    if (!doc) return;
+    if (doc.device_name) {
+      setName(doc.device_name);
+      document.title = doc.device_name;
+    }
+    if (doc.language && setLang(doc.language.active)) setLangTick((x) => x + 1);
+  };
+  useEffect(() => {
+    const onHash = () => setPage(pageOf());
+    const onAuth = (e) => setAuth(e.detail);
+    const onOffline = (e) => setOffline(e.detail);
+    let timer = 0;
+    const onBusy = () => {
+      const tick = () => {
+        const s = Math.ceil(backoffLeft() / 1000);
+        setBusy(s);
+        timer = s > 0 ? setTimeout(tick, 1000) : 0;
+      };
+      if (!timer) tick();
+    };
+    addEventListener('hashchange', onHash);
+    bus.addEventListener('auth', onAuth);
+    bus.addEventListener('offline', onOffline);
+    bus.addEventListener('busy', onBusy);
+    api('/settings').then(applyDoc, () => {});
+    return () => {
+      removeEventListener('hashchange', onHash);
+      bus.removeEventListener('auth', onAuth);
+      bus.removeEventListener('offline', onOffline);
+      bus.removeEventListener('busy', onBusy);
+    };
+  }, []);
+  useEffect(() => {
+    const h1 = document.querySelector('main h1');
+    if (h1) {
+      h1.tabIndex = -1; // keyboard and screen reader users land on the new page's heading
+      h1.focus();
+    }
+  }, [page]);
+
+  const Page = PAGES[page];
+  const done = (ok) => {
+    setAuth(0);
+    if (ok) {
+      setGen(gen + 1);
+      api('/settings').then(applyDoc, () => {});
+    }
+  };
+  return html`<a class="skip" href="#main">Skip</a>
+    <header><span class="brand">${name}</span>
+      <nav aria-label="main"><ul>${Object.keys(PAGES).map((p) => html`<li><a href=${'#/' + p}
+        aria-current=${p === page ? 'page' : undefined}>${t(p)}</a></li>`)}</ul></nav></header>
+    ${offline && html`<p class="banner err" role="alert">${t('offline')}</p>`}
+    ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
+    <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
+    ${auth !== 0 && html`<${TokenPrompt} status=${auth} onDone=${done} />`}
+    <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus</footer>`;
+}
+
+// The page's copy of the settings rules, for the test that holds it against core/settings.py.
+window.meterplus = { SCHEMA, check };
+
+render(html`<${App} />`, document.getElementById('app'));

@@ -1,0 +1,101 @@
+// The settings rules of core/settings.py, checked in the page before sending (the device checks them again).
+import { t } from './i18n.js';
+
+const IP = { static_ip: ['bool'], ip: ['ipv4'], subnet: ['mask'], gateway: ['ipv4'], dns: ['ipv4'] };
+export const SCHEMA = {
+  device_name: ['text', 31], ledEnable: ['bool'], 'language.active': ['lang'], timezone: ['zone'],
+  ntp_server: ['host', false], medianFilterSize: ['choice', [0, 3, 5, 7, 9]], ctRatio: ['ratio'], autoOta: ['bool'],
+  'history.flushMinutes': ['int', 1, 1440], cloudIotEnabled: ['bool'],
+  'accessPoint.enable': ['bool'], 'accessPoint.ssid': ['ssid'], 'accessPoint.password_enable': ['bool'],
+  'accessPoint.password': ['wpa'], api_auth_required: ['bool'],
+  'mqtt.enable': ['bool'], 'mqtt.host': ['host', true], 'mqtt.port': ['int', 1, 65535], 'mqtt.use_tls': ['bool'],
+  'mqtt.user': ['text', 64], 'mqtt.password': ['secret', 64], 'mqtt.client_id': ['text', 64],
+  'mqtt.topic_prefix': ['topic', 64], 'mqtt.sendInterval': ['int', 1, 3600], 'mqtt.discovery_prefix': ['topic', 64],
+  'modbus.enable': ['bool'], 'modbus.port': ['int', 1, 65535], 'modbus.model': ['choice', [203, 213]],
+};
+for (const p of ['primary', 'secondary']) {
+  SCHEMA[`wifi.${p}.ssid`] = ['ssid'];
+  SCHEMA[`wifi.${p}.password`] = ['wpa'];
+  SCHEMA[`wifi.${p}.enable`] = ['bool'];
+  for (const k in IP) SCHEMA[`wifi.${p}.${k}`] = IP[k];
+}
+export const SECRETS = ['wifi.primary.password', 'wifi.secondary.password', 'accessPoint.password', 'mqtt.password'];
+
+const bytes = (s) => new TextEncoder().encode(s).length;
+const ctrl = (s) => /[\x00-\x1f\x7f]/.test(s);
+export function parseIpv4(s) {
+  const p = s.split('.');
+  if (p.length !== 4) return null;
+  const out = [];
+  for (const x of p) {
+    if (!/^\d{1,3}$/.test(x) || (x.length > 1 && x[0] === '0') || +x > 255) return null;
+    out.push(+x);
+  }
+  return out;
+}
+function isMask(o) {
+  const n = ((o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3]) >>> 0;
+  const inv = ~n >>> 0;
+  return n !== 0 && ((inv & (inv + 1)) >>> 0) === 0;
+}
+const isHost = (s) =>
+  s.length <= 253 && s.split('.').every((l) => /^[A-Za-z0-9-]{1,63}$/.test(l) && l[0] !== '-' && l[l.length - 1] !== '-');
+
+// The reason a value is wrong for key (in the page's language), or '' when it is fine. null clears a secret.
+export function check(key, v) {
+  const [kind, a, b] = SCHEMA[key];
+  switch (kind) {
+    case 'bool':
+      return typeof v === 'boolean' ? '' : 'true/false';
+    case 'int':
+      return Number.isInteger(v) && v >= a && v <= b ? '' : t('r_int', a, b);
+    case 'choice':
+      return a.includes(v) ? '' : a.join(', ');
+    case 'ratio': {
+      if (typeof v !== 'number' || !(v >= 1 && v <= 10000)) return t('r_ratio');
+      return Math.abs(v * 10 - Math.round(v * 10)) > 1e-6 ? t('r_ratio') : '';
+    }
+    case 'text':
+    case 'topic':
+      if ([...v].length > a) return t('r_len', a); // characters (code points), as the device counts
+      if (ctrl(v)) return t('r_ctrl');
+      if (kind === 'topic' && (/[+#]/.test(v) || v.endsWith('/'))) return t('r_topic');
+      return '';
+    case 'ssid':
+      return bytes(v) > 32 ? t('r_bytes', 32) : '';
+    case 'wpa': {
+      if (v === null) return '';
+      const n = bytes(v);
+      return n && (n < 8 || n > 63) ? t('r_wpa') : '';
+    }
+    case 'secret':
+      return v !== null && bytes(v) > a ? t('r_bytes', a) : '';
+    case 'ipv4':
+    case 'mask': {
+      if (v === '') return '';
+      const o = parseIpv4(v);
+      if (!o) return t('r_ip');
+      return kind === 'mask' && !isMask(o) ? t('r_mask') : '';
+    }
+    case 'host':
+      if (v === '') return a ? '' : t('r_required');
+      return isHost(v) ? '' : t('r_host');
+    case 'zone':
+      return v ? '' : t('r_required');
+    case 'lang':
+      return v === 'de' || v === 'en' ? '' : 'de, en';
+  }
+  return '';
+}
+
+// Rules across keys, as the device applies them: merged is the document as it would be after the change.
+export function crossCheck(merged, get) {
+  const errors = {};
+  for (const p of ['primary', 'secondary']) {
+    if (get(merged, `wifi.${p}.static_ip`)) {
+      for (const k of ['ip', 'subnet', 'gateway']) if (!get(merged, `wifi.${p}.${k}`)) errors[`wifi.${p}.${k}`] = t('r_required');
+    }
+  }
+  if (get(merged, 'mqtt.enable') && !get(merged, 'mqtt.host')) errors['mqtt.host'] = t('r_required');
+  return errors;
+}

@@ -1,0 +1,250 @@
+// Settings: every key of the settings document in sections; the rules checked here first, the device's 400 fields
+// shown next to the fields, the spec's confirmations, and what applies now or after a restart.
+import { useEffect, useState } from 'preact/hooks';
+import { ApiError, api } from './api.js';
+import { fieldLabel, t } from './i18n.js';
+import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
+import { Msg, errText, getPath, html } from './ui.js';
+
+const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
+export const SECTIONS = [
+  ['general', ['device_name', 'language.active', 'timezone', 'ntp_server', 'ledEnable', 'autoOta', 'history.flushMinutes']],
+  ['meter', ['medianFilterSize', 'ctRatio']],
+  ['wifiPrimary', wifi('primary')],
+  ['wifiSecondary', wifi('secondary')],
+  ['ap', ['accessPoint.enable', 'accessPoint.ssid', 'accessPoint.password_enable', 'accessPoint.password']],
+  ['mqtt', ['mqtt.enable', 'mqtt.host', 'mqtt.port', 'mqtt.use_tls', 'mqtt.user', 'mqtt.password', 'mqtt.client_id',
+    'mqtt.topic_prefix', 'mqtt.sendInterval', 'mqtt.discovery_prefix']],
+  ['modbus', ['modbus.enable', 'modbus.port', 'modbus.model']],
+  ['cloud', ['cloudIotEnabled']],
+];
+const fid = (key) => 'f-' + key.replace(/\./g, '-');
+
+// Input text -> the JSON value the device expects (NaN for a number that does not parse: check() reports it).
+function parse(key, raw) {
+  const kind = SCHEMA[key][0];
+  if (kind === 'int') return /^-?\d+$/.test(raw.trim()) ? parseInt(raw, 10) : NaN;
+  if (kind === 'ratio') return /^\d+([.,]\d+)?$/.test(raw.trim()) ? parseFloat(raw.replace(',', '.')) : NaN;
+  if (kind === 'choice') return +raw;
+  return raw;
+}
+const initial = (doc, key) => {
+  const kind = SCHEMA[key][0];
+  if (SECRETS.includes(key)) return '';
+  const v = getPath(doc, key);
+  return kind === 'bool' ? !!v : v === undefined || v === null ? '' : String(v);
+};
+const pwSet = (doc, key) => !!getPath(doc, key.replace(/password$/, 'password_set'));
+
+function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
+  const [kind, a] = SCHEMA[k];
+  const id = fid(k);
+  const err = error && html`<span class="ferr" id=${id + '-err'} role="alert">${error}</span>`;
+  const common = { id, name: k, 'aria-invalid': error ? 'true' : undefined, 'aria-describedby': error ? id + '-err' : undefined };
+  if (kind === 'bool')
+    return html`<div class="field check"><label><input type="checkbox" ...${common} checked=${value}
+      onChange=${(e) => onChange(k, e.target.checked)} /> ${fieldLabel(k)}</label>${err}</div>`;
+  let input;
+  if (kind === 'choice')
+    input = html`<select ...${common} value=${value} onChange=${(e) => onChange(k, e.target.value)}>
+      ${a.map((v) => html`<option value=${String(v)}>${v === 0 && k === 'medianFilterSize' ? fieldLabel('off') : v}</option>`)}</select>`;
+  else if (kind === 'lang')
+    input = html`<select ...${common} value=${value} onChange=${(e) => onChange(k, e.target.value)}>
+      ${((doc.language && doc.language.installed) || [{ code: 'de', name: 'Deutsch' }, { code: 'en', name: 'English' }]).map(
+        (l) => html`<option value=${l.code}>${l.name}</option>`)}</select>`;
+  else if (kind === 'zone')
+    input = html`<select ...${common} value=${value} onChange=${(e) => onChange(k, e.target.value)}>
+      ${(zones.some((z) => z.name === value) ? zones : [{ name: value, utcOffsetMin: null }, ...zones]).map((z) =>
+        html`<option value=${z.name}>${z.name}${z.utcOffsetMin === null ? '' : ' (UTC' + (z.utcOffsetMin < 0 ? '−' : '+') +
+          String(Math.floor(Math.abs(z.utcOffsetMin) / 60)).padStart(2, '0') + ':' + String(Math.abs(z.utcOffsetMin) % 60).padStart(2, '0') + ')'}</option>`)}</select>`;
+  else {
+    const secret = kind === 'wpa' || kind === 'secret';
+    const numeric = kind === 'int' || kind === 'ratio';
+    input = html`<input ...${common} type=${secret ? 'password' : 'text'} value=${value} autocomplete=${secret ? 'new-password' : 'off'}
+      inputmode=${numeric ? 'decimal' : undefined} disabled=${secret && clear}
+      placeholder=${secret ? t('keepPw') : ''} onInput=${(e) => onChange(k, e.target.value)} />`;
+    if (secret)
+      input = html`${input}<span class="small">${pwSet(doc, k) ? t('pwSet') : t('pwNotSet')}</span>
+        ${pwSet(doc, k) && html`<label class="small"><input type="checkbox" name=${k + '.clear'} checked=${clear}
+          onChange=${(e) => onClear(k, e.target.checked)} /> ${t('clearPw')}</label>`}`;
+  }
+  return html`<div class="field"><label for=${id}>${fieldLabel(k)}</label>${input}${err}</div>`;
+}
+
+function Section({ id, keys, doc, zones, onSaved, children }) {
+  const [vals, setVals] = useState(() => Object.fromEntries(keys.map((k) => [k, initial(doc, k)])));
+  const [clears, setClears] = useState({});
+  const [errors, setErrors] = useState({});
+  const [msg, setMsg] = useState(null);
+  const [busy, setBusy] = useState(false);
+  useEffect(() => {
+    setVals(Object.fromEntries(keys.map((k) => [k, initial(doc, k)])));
+    setClears({});
+  }, [doc]);
+
+  const onChange = (k, v) => {
+    setVals({ ...vals, [k]: v });
+    if (errors[k]) setErrors({ ...errors, [k]: '' });
+  };
+  const submit = async (e) => {
+    e.preventDefault();
+    const patch = {};
+    const errs = {};
+    for (const k of keys) {
+      const secret = SECRETS.includes(k);
+      let v = secret ? (clears[k] ? null : vals[k]) : SCHEMA[k][0] === 'bool' ? vals[k] : parse(k, vals[k]);
+      if (secret && v === '') continue; // empty keeps the stored secret
+      if (!secret && v === getPath(doc, k)) continue;
+      if (!secret && typeof v === 'number' && v === +getPath(doc, k) && SCHEMA[k][0] !== 'text') continue;
+      const why = check(k, v);
+      if (why) errs[k] = why;
+      else patch[k] = v;
+    }
+    // Rules across keys on the document as it would be after the change.
+    const merged = JSON.parse(JSON.stringify(doc));
+    for (const k in patch) {
+      const parts = k.split('.');
+      let n = merged;
+      for (const p of parts.slice(0, -1)) n = n[p] = n[p] || {};
+      n[parts[parts.length - 1]] = patch[k];
+    }
+    const touched = keys.some((k) => k in patch);
+    if (touched) Object.assign(errs, Object.fromEntries(Object.entries(crossCheck(merged, getPath)).filter(([k]) => keys.includes(k) && !errs[k])));
+    setErrors(errs);
+    if (Object.keys(errs).length) {
+      setMsg(['err', t('fixErrors')]);
+      document.getElementById(fid(Object.keys(errs)[0]))?.focus();
+      return;
+    }
+    if (!Object.keys(patch).length) {
+      setMsg(['', t('nothingChanged')]);
+      return;
+    }
+    // The spec's confirmations: AP protection with no password; a WiFi SSID change with an empty password.
+    if (keys.includes('accessPoint.password_enable')) {
+      const on = getPath(merged, 'accessPoint.password_enable');
+      const hasPw = patch['accessPoint.password'] ? true : patch['accessPoint.password'] === null ? false : pwSet(doc, 'accessPoint.password');
+      if (on && !hasPw && ('accessPoint.password_enable' in patch || 'accessPoint.password' in patch) && !confirm(t('confirmAp'))) return;
+    }
+    for (const p of ['primary', 'secondary']) {
+      const k = `wifi.${p}.ssid`;
+      if (k in patch && patch[k] !== '' && !(`wifi.${p}.password` in patch) && !confirm(t('confirmSsid', patch[k]))) return;
+    }
+    setBusy(true);
+    setMsg(null);
+    try {
+      const r = await api('/settings', { method: 'POST', body: patch });
+      const parts = [t('saved')];
+      if (r.applied_now && r.applied_now.length) parts.push(t('appliedNow', r.applied_now.join(', ')));
+      if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', r.after_restart.join(', ')));
+      setMsg(['ok', parts.join(' '), r.restart_required]);
+      onSaved();
+    } catch (ex) {
+      if (ex instanceof ApiError && ex.fields) {
+        const mine = {};
+        const other = [];
+        for (const [k, why] of Object.entries(ex.fields)) (keys.includes(k) ? (mine[k] = why) : other.push(k + ': ' + why));
+        setErrors(mine);
+        setMsg(['err', ex.message + (other.length ? ' — ' + other.join('; ') : '')]);
+        const first = Object.keys(mine)[0];
+        if (first) document.getElementById(fid(first))?.focus();
+      } else setMsg(['err', errText(ex)]);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<form class="card section" id=${'s-' + id} onSubmit=${submit} novalidate>
+    <h2>${t(id)}</h2>
+    ${keys.map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
+      clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
+    <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
+    ${msg && msg[2] && html`<${RestartButton} />`}
+    ${children}
+  </form>`;
+}
+
+export function RestartButton() {
+  const [state, setState] = useState('');
+  const go = async () => {
+    if (!confirm(t('confirmReboot'))) return;
+    try {
+      await api('/system/reboot', { method: 'POST' });
+      setState(t('restarting'));
+    } catch (e) {
+      setState(errText(e));
+    }
+  };
+  return html`<div class="row"><button type="button" class="warn" onClick=${go}>${t('restartNow')}</button> <span role="status">${state}</span></div>`;
+}
+
+function CaBox() {
+  const [ca, setCa] = useState(null);
+  const [pem, setPem] = useState('');
+  const [msg, setMsg] = useState(null);
+  const load = () => api('/mqtt/ca').then(setCa, (e) => setMsg(['err', errText(e)]));
+  useEffect(() => { load(); }, []);
+  const act = async (method) => {
+    try {
+      await api('/mqtt/ca', method === 'POST' ? { method, body: pem } : { method });
+      setMsg(['ok', t('saved')]);
+      setPem('');
+      load();
+    } catch (e) {
+      setMsg(['err', errText(e)]);
+    }
+  };
+  const file = async (e) => {
+    const f = e.target.files[0];
+    if (f) setPem(await f.text());
+  };
+  return html`<div class="sub"><h3>${t('ca')}</h3>
+    <p class="small" data-test="ca">${ca ? (ca.has_custom_cert ? t('caCustom', ca.custom_size) : t('caNone')) : '…'}</p>
+    <div class="field"><label for="f-ca">PEM</label><textarea id="f-ca" rows="4" value=${pem} onInput=${(e) => setPem(e.target.value)}
+      placeholder="-----BEGIN CERTIFICATE-----"></textarea><input type="file" accept=".pem,.crt,.cer" aria-label="PEM" onChange=${file} /></div>
+    <div class="row"><button type="button" disabled=${!pem} onClick=${() => act('POST')}>${t('upload')}</button>
+      <button type="button" disabled=${!(ca && ca.has_custom_cert)} onClick=${() => act('DELETE')}>${t('remove')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
+}
+
+function PairBox() {
+  const [tok, setTok] = useState('');
+  const [msg, setMsg] = useState(null);
+  const act = async (method) => {
+    try {
+      const r = await api('/cloud/pair', method === 'POST' ? { method, body: { pairing_token: tok } } : { method });
+      setMsg(['ok', r.message || t('saved')]);
+    } catch (e) {
+      setMsg(['err', errText(e)]);
+    }
+  };
+  return html`<div class="sub"><div class="field"><label for="f-pair">${t('pairToken')}</label>
+    <input id="f-pair" value=${tok} maxlength="64" onInput=${(e) => setTok(e.target.value)} /></div>
+    <div class="row"><button type="button" disabled=${!/^[A-Za-z0-9_-]{1,64}$/.test(tok)} onClick=${() => act('POST')}>${t('pair')}</button>
+    <button type="button" onClick=${() => act('DELETE')}>${t('unpair')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
+}
+
+export function Settings({ onDoc }) {
+  const [doc, setDoc] = useState(null);
+  const [zones, setZones] = useState([]);
+  const [err, setErr] = useState('');
+  const load = async () => {
+    try {
+      const d = await api('/settings');
+      setDoc(d);
+      onDoc(d);
+    } catch (e) {
+      setErr(errText(e));
+    }
+  };
+  useEffect(() => {
+    load().then(() => api('/system/timezones').then(setZones, () => {}));
+  }, []);
+  return html`<section aria-labelledby="h-set">
+    <h1 id="h-set">${t('settings')}</h1>
+    <${Msg} kind="err">${err}<//>
+    ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${load}>
+      ${id === 'mqtt' && html`<${CaBox} />`}${id === 'cloud' && html`<${PairBox} />`}<//>`)}
+  </section>`;
+}

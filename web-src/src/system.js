@@ -1,0 +1,78 @@
+// System: /system/info as tables, the LED, logs as tables with the rawdump download, OTA check/start, reboot.
+import { useEffect, useState } from 'preact/hooks';
+import { api, download, parseCsv } from './api.js';
+import { t } from './i18n.js';
+import { RestartButton } from './settings.js';
+import { Msg, Table, errText, html, noteInfo } from './ui.js';
+
+function Log({ path, title, name }) {
+  const [rows, setRows] = useState(null);
+  const [err, setErr] = useState('');
+  const load = async () => {
+    try {
+      const text = await api(path, { as: 'text' });
+      setRows(parseCsv(text || ''));
+      setErr('');
+    } catch (e) {
+      setErr(errText(e));
+    }
+  };
+  return html`<div class="card" data-test=${name}><h3>${title}</h3>
+    <div class="row"><button type="button" onClick=${load}>${t('load')}</button></div>
+    <${Msg} kind="err">${err}<//>
+    ${rows && (rows.length > 1 ? html`<${Table} cls="log" head=${rows[0]} rows=${rows.slice(1).reverse()} />` : html`<p>${t('empty')}</p>`)}</div>`;
+}
+
+export function System() {
+  const [info, setInfo] = useState(null);
+  const [led, setLed] = useState(null);
+  const [err, setErr] = useState('');
+  const [ota, setOta] = useState(null);
+  useEffect(() => {
+    api('/system/info').then((i) => { noteInfo(i); setInfo(i); }, (e) => setErr(errText(e)));
+    api('/system/led').then(setLed, () => {});
+  }, []);
+  const rawdump = async () => {
+    try {
+      const blob = await api('/logs/rawdump', { as: 'blob' });
+      if (blob) download('rawdump.bin', blob);
+      else setErr(t('empty'));
+    } catch (e) {
+      setErr(errText(e));
+    }
+  };
+  const otaCheck = async () => {
+    try {
+      const r = await api('/ota/check');
+      setOta(['', r.data.update_available ? t('otaAvail', r.data.version) : t('otaNone', r.data.version), r.data.update_available]);
+    } catch (e) {
+      setOta(['err', errText(e)]);
+    }
+  };
+  const otaStart = async () => {
+    try {
+      const r = await api('/ota/start', { method: 'POST' });
+      setOta([r.ok ? 'ok' : 'err', r.message || String(r.ok)]);
+    } catch (e) {
+      setOta(['err', errText(e)]);
+    }
+  };
+  const rgb = led && led.rgb ? `rgb(${led.rgb.r},${led.rgb.g},${led.rgb.b})` : '#000';
+  return html`<section aria-labelledby="h-sys">
+    <h1 id="h-sys">${t('system')}</h1>
+    <${Msg} kind="err">${err}<//>
+    ${led && html`<div class="card" data-test="led"><h2>${t('led')}</h2>
+      <p><span class="swatch" style=${'background:' + rgb}></span> ${led.status} · ${led.color} · ${led.mode}${led.enabled ? '' : ' (off)'}</p></div>`}
+    <div class="card"><h2>${t('ota')}</h2><div class="row">
+      <button type="button" onClick=${otaCheck}>${t('otaCheck')}</button>
+      <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
+      ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}</div>
+    <div class="card"><h2>${t('reboot')}</h2><${RestartButton} /></div>
+    <h2>${t('logs')}</h2>
+    <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" />
+    <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" />
+    <div class="row"><button type="button" onClick=${rawdump}>${t('rawdump')}</button></div>
+    ${info && html`<h2>${t('info')}</h2>${Object.keys(info).map((sec) => html`<div class="card" data-test=${'info-' + sec}><h3>${sec}</h3>
+      <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}`}
+  </section>`;
+}

@@ -1,0 +1,56 @@
+// Shared bits of the pages: htm bound to Preact, the device clock, small components.
+import { h } from 'preact';
+import htm from 'htm';
+import { t } from './i18n.js';
+
+export const html = htm.bind(h);
+
+// The device's clock as last seen in /system/info (utc, offset): "today" is the device's local day, not the browser's.
+const clock = { utc: 0, offsetMin: null, at: 0 };
+export function noteInfo(info) {
+  const v = sectionMap(info && info.clock);
+  if (v.utc) {
+    clock.utc = +v.utc;
+    clock.offsetMin = +v.utc_offset_min || 0;
+    clock.at = Date.now();
+  }
+}
+export const deviceUtc = () => (clock.at ? clock.utc + (Date.now() - clock.at) / 1000 : Date.now() / 1000);
+export function deviceToday(shiftDays = 0) {
+  const off = clock.offsetMin === null ? -new Date().getTimezoneOffset() : clock.offsetMin;
+  const d = new Date((deviceUtc() + off * 60 + shiftDays * 86400) * 1000);
+  return d.toISOString().slice(0, 10);
+}
+export function addDays(iso, n) {
+  const d = new Date(iso + 'T00:00:00Z');
+  d.setUTCDate(d.getUTCDate() + n);
+  return d.toISOString().slice(0, 10);
+}
+
+// An /system/info section [{name, value, unit}] as {name: value}.
+export function sectionMap(list) {
+  const out = {};
+  for (const e of list || []) out[e.name] = e.value;
+  return out;
+}
+
+export function getPath(obj, dotted) {
+  let n = obj;
+  for (const p of dotted.split('.')) {
+    if (n === null || typeof n !== 'object' || !(p in n)) return undefined;
+    n = n[p];
+  }
+  return n;
+}
+
+export const Msg = ({ kind, children }) =>
+  children ? html`<p class=${'msg ' + (kind || '')} role=${kind === 'err' ? 'alert' : 'status'}>${children}</p>` : null;
+
+export function Table({ head, rows, cls }) {
+  return html`<div class="scroll"><table class=${cls || ''}>
+    ${head && html`<thead><tr>${head.map((c) => html`<th scope="col">${c}</th>`)}</tr></thead>`}
+    <tbody>${rows.map((r) => html`<tr>${r.map((c) => html`<td>${c}</td>`)}</tr>`)}</tbody>
+  </table></div>`;
+}
+
+export const errText = (e) => (e && e.status ? e.status + ': ' + e.message : t('offline'));
