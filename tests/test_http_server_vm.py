@@ -152,6 +152,6 @@ def test_server_paths_in_micropython_vm():
     assert lines["boom"] == 'HTTP/1.1 500 True {"error": "Internal error"}'
     assert lines["big"].startswith("HTTP/1.1 413 True ")
     assert lines["badjson"] == 'HTTP/1.1 400 True {"error": "Malformed JSON"}'
-    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request"}'
+    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request line"}'
     assert lines["http10"] == 'HTTP/1.1 200 True {"q": null, "body": null}'
     assert lines["open"].startswith("0 ")
