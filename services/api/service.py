@@ -6,7 +6,7 @@ from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.module import Module
 from services.api.auth import OPEN, READ, WRITE
-from services.api.server import HardenedServer, error_response
+from services.api.server import HardenedServer, bearer_token, error_response
 
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
 # services (history, mqtt, modbus) are covered here, so their modules register plain Routes and stay auth-free.
@@ -146,12 +146,7 @@ class HttpApi(Module):
         need = required_level(request.method, request.path)
         if need == OPEN:
             return None
-        token = None
-        header = request.headers.get("Authorization")
-        if header is not None:
-            parts = header.strip().split(" ")
-            if len(parts) == 2 and parts[0].lower() == "bearer":
-                token = parts[1]
+        token = bearer_token(request.headers.get("Authorization"))
         have = app.auth.level(token) if token else None
         if have is None:
             self.count("unauthorized")
