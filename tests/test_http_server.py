@@ -184,6 +184,20 @@ def test_honest_request_is_answered_in_the_accepting_poll_while_slots_are_held(h
         s.close()
 
 
+def test_early_error_to_a_newcomer_does_not_hold_a_socket_while_slots_are_full(hello):
+    held = [_partial(hello) for _ in range(HardenedServer.max_connections)]
+    hello.poll(2)
+    bad = socket.create_connection(("127.0.0.1", hello.port), timeout=2)
+    bad.sendall(b"GET /hi HTTP/1.1\r\nHost : x\r\n\r\ntrailing bytes")  # 400, then input to drain
+    time.sleep(0.05)
+    hello.server.poll()
+    assert _answer_now(bad).startswith(b"HTTP/1.1 400")
+    assert hello.server.connections() == 2 and "over_limit" not in hello.server.counters
+    assert "evicted" not in hello.server.counters and not any(_closed_by_server(s) for s in held)
+    for s in held + [bad]:
+        s.close()
+
+
 def test_oldest_stalled_connection_is_the_one_closed_across_the_tick_wrap(hello):
     # The clock starts 5 s below the 2**29 wrap. A is accepted first and goes silent, B later.
     a = _partial(hello)

@@ -514,6 +514,9 @@ class HardenedServer(Server):
         already turned into a short 503 by _complete). Otherwise the newcomer is closed: it sent no complete
         request and every slot is moving bytes.
         """
+        if c.phase == _DRAIN and len(self._conns) >= self.max_connections:
+            self._finish(c)  # its early error answer is out; draining is a courtesy a full house cannot afford
+            return
         ok, victim = self._room_for(c, now, c.phase != _RECV)
         if victim is not None:
             self._evict(victim)
