@@ -7,7 +7,7 @@ import time
 
 import pytest
 import socketpool
-from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
+from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Response, Route
 
 from core.app import App
 from core.bus import Bus
@@ -274,6 +274,30 @@ def test_stream_without_a_free_slot_is_503_and_short_answers_still_go_out():
         assert h.server.counters["busy"] == 1 and h.server.connections() == 2
         for s in readers:
             s.close()
+    finally:
+        h.stop()
+
+
+def test_answer_too_big_for_one_poll_keeps_the_momentary_socket_until_it_is_out():
+    def stream(request):
+        def body():
+            for _ in range(2000):
+                yield "x" * 100
+        return ChunkedResponse(request, body, content_type="text/plain")
+
+    big = b"y" * 10000  # more than send_per_poll: it cannot all go out in the poll that accepts it
+    h = Harness([Route("/s", GET, stream), Route("/big", GET, lambda r: Response(r, big))])
+    try:
+        readers = [_complete(h, path=b"/s") for _ in range(2)]  # two answers flowing: nobody to replace
+        h.poll(3)
+        assert h.server.connections() == 2
+        s = _complete(h, path=b"/big")
+        answer = read_all(s, h)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(big)
+        assert h.server.counters["over_limit"] == 1 and "evicted" not in h.server.counters
+        assert h.server.connections() == 2  # back to the two streams
+        for r in readers:
+            r.close()
     finally:
         h.stop()
 
