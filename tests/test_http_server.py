@@ -7,7 +7,7 @@ import time
 
 import pytest
 import socketpool
-from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
+from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Response, Route
 
 from core.app import App
 from core.bus import Bus
@@ -122,21 +122,219 @@ def test_peer_closing_early_frees_the_slot(hello):
     assert hello.server.counters["peer_closed"] == 5
 
 
-def test_waiting_client_replaces_a_stalled_one(hello):
-    stalled = [hello.connect() for _ in range(HardenedServer.max_connections)]
-    for s in stalled:
-        s.sendall(b"GET /hi HTTP/1.1\r\n")
-    hello.poll(3)
+def _partial(h, source="127.0.0.1"):
+    """A client connected from source that sent an unfinished request line (a slow loris, a half body)."""
+    s = socket.socket()
+    s.bind((source, 0))
+    s.settimeout(2)
+    s.connect(("127.0.0.1", h.port))
+    s.sendall(b"GET /hi HTTP/1.1\r\n")
+    return s
+
+
+def _complete(h, source="127.0.0.1", path=b"/hi"):
+    s = socket.socket()
+    s.bind((source, 0))
+    s.settimeout(2)
+    s.connect(("127.0.0.1", h.port))
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    return s
+
+
+def _closed_by_server(s):
+    """True when the server closed s (EOF or reset) without answering."""
+    s.settimeout(0.5)
+    try:
+        return s.recv(100) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def _answer_now(s):
+    """What the server already sent on s (the test polled before), without waiting for more polls."""
+    s.settimeout(0.5)
+    out = b""
+    try:
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            out += got
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return out
+
+
+def test_honest_request_is_answered_in_the_accepting_poll_while_slots_are_held(hello):
+    held = [_partial(hello) for _ in range(HardenedServer.max_connections)]
+    hello.poll(2)
     assert hello.server.connections() == 2
-    fresh = socket.create_connection(("127.0.0.1", hello.port), timeout=2)
-    fresh.sendall(b"GET /hi HTTP/1.1\r\nHost: x\r\n\r\n")
-    hello.poll(3)
-    assert hello.server.counters.get("evicted", 0) == 0  # nobody stalled long enough yet
-    hello.clock.advance(HardenedServer.stall_ms)
-    answer = read_all(fresh, hello)
-    assert answer.startswith(b"HTTP/1.1 200") and hello.server.counters["evicted"] == 1
-    for s in stalled:
+    waiting = [_partial(hello) for _ in range(20)]  # a backlog of hostile newcomers ahead of the honest one
+    honest = _complete(hello)
+    time.sleep(0.05)
+    hello.server.poll()  # one poll, no time passes: nobody is stalled yet
+    answer = _answer_now(honest)
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b'{"hello": true}')
+    assert hello.server.counters["refused"] == 20  # newcomers with no complete request and no free slot
+    assert all(_closed_by_server(s) for s in waiting)
+    assert hello.server.connections() == 2  # the two slot holders were not touched
+    for s in held + waiting:
         s.close()
+
+
+def test_early_error_to_a_newcomer_does_not_hold_a_socket_while_slots_are_full(hello):
+    held = [_partial(hello) for _ in range(HardenedServer.max_connections)]
+    hello.poll(2)
+    bad = socket.create_connection(("127.0.0.1", hello.port), timeout=2)
+    bad.sendall(b"GET /hi HTTP/1.1\r\nHost : x\r\n\r\ntrailing bytes")  # 400, then input to drain
+    time.sleep(0.05)
+    hello.server.poll()
+    assert _answer_now(bad).startswith(b"HTTP/1.1 400")
+    assert hello.server.connections() == 2 and "over_limit" not in hello.server.counters
+    assert "evicted" not in hello.server.counters and not any(_closed_by_server(s) for s in held)
+    for s in held + [bad]:
+        s.close()
+
+
+def test_oldest_stalled_connection_is_the_one_closed_across_the_tick_wrap(hello):
+    # The clock starts 5 s below the 2**29 wrap. A is accepted first and goes silent, B later.
+    a = _partial(hello)
+    hello.poll(2)
+    hello.clock.advance(HardenedServer.stall_ms // 2)
+    b = _partial(hello)
+    hello.poll(2)
+    hello.clock.advance(HardenedServer.stall_ms)  # A idle 150 ms, B 100 ms: both stalled
+    c = _partial(hello)
+    hello.poll(2)
+    assert _closed_by_server(a) and not _closed_by_server(b)
+    assert hello.server.counters["evicted"] == 1 and hello.server.connections() == 2
+    # A stamp more than 2**28 ms old (a loop held up for days) must count as long ago, not as "in the future":
+    # B's last byte is made ancient, C stays fresh; the next newcomer replaces B.
+    conns = {x.sock._sock.getpeername()[1]: x for x in hello.server._conns}
+    conns[b.getsockname()[1]].progress = (hello.clock.now - (1 << 28) - 1000) % (1 << 29)
+    hello.clock.advance(HardenedServer.stall_ms - 1)  # C idle 99 ms: not stalled
+    d = _partial(hello)
+    hello.poll(2)
+    assert _closed_by_server(b) and not _closed_by_server(c)
+    assert hello.server.counters["evicted"] == 2
+    for s in (a, b, c, d):
+        s.close()
+
+
+def test_deadline_older_than_the_ticks_window_counts_as_expired(hello):
+    s = _partial(hello)
+    hello.poll(2)
+    hello.clock.advance((1 << 28) + 1000)  # ticks_diff would read the deadline as 2**28 - 750 ms ahead
+    answer = read_all(s, hello)
+    assert answer.startswith(b"HTTP/1.1 408")
+
+
+def test_a_peer_holding_both_slots_yields_one_to_another_peer(hello):
+    hog = [_partial(hello, "127.0.0.2") for _ in range(2)]
+    hello.poll(2)
+    assert hello.server.connections() == 2
+    same = _partial(hello, "127.0.0.2")  # the hog's third: nobody stalled, it gets nothing
+    hello.poll(2)
+    assert _closed_by_server(same) and hello.server.counters["refused"] == 1
+    other = _partial(hello, "127.0.0.3")  # another device gets the hog's oldest slot at once
+    hello.poll(2)
+    assert _closed_by_server(hog[0]) and not _closed_by_server(hog[1]) and not _closed_by_server(other)
+    assert hello.server.counters["evicted"] == 1
+    other.sendall(b"Host: x\r\n\r\n")
+    assert read_all(other, hello).startswith(b"HTTP/1.1 200")
+    for s in hog + [same]:
+        s.close()
+
+
+def test_stream_without_a_free_slot_is_503_and_short_answers_still_go_out():
+    def stream(request):
+        def body():
+            for _ in range(2000):
+                yield "x" * 100
+        return ChunkedResponse(request, body, content_type="text/plain")
+
+    h = Harness([Route("/s", GET, stream), Route("/hi", GET, lambda r: JSONResponse(r, {"hello": True}))])
+    try:
+        readers = []
+        for _ in range(2):  # two streams in progress whose clients read slowly: slots moving bytes
+            s = _complete(h, path=b"/s")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            readers.append(s)
+        h.poll(3)
+        assert h.server.connections() == 2
+        third = _complete(h, path=b"/s")
+        honest = _complete(h)
+        time.sleep(0.05)
+        h.server.poll()
+        assert _answer_now(honest).startswith(b"HTTP/1.1 200")
+        answer = _answer_now(third)
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
+        assert h.server.counters["busy"] == 1 and h.server.connections() == 2
+        for s in readers:
+            s.close()
+    finally:
+        h.stop()
+
+
+def test_answer_too_big_for_one_poll_keeps_the_momentary_socket_until_it_is_out():
+    def stream(request):
+        def body():
+            for _ in range(2000):
+                yield "x" * 100
+        return ChunkedResponse(request, body, content_type="text/plain")
+
+    big = b"y" * 10000  # more than send_per_poll: it cannot all go out in the poll that accepts it
+    h = Harness([Route("/s", GET, stream), Route("/big", GET, lambda r: Response(r, big))])
+    try:
+        readers = [_complete(h, path=b"/s") for _ in range(2)]  # two answers flowing: nobody to replace
+        h.poll(3)
+        assert h.server.connections() == 2
+        s = _complete(h, path=b"/big")
+        answer = read_all(s, h)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(big)
+        assert h.server.counters["over_limit"] == 1 and "evicted" not in h.server.counters
+        assert h.server.connections() == 2  # back to the two streams
+        for r in readers:
+            r.close()
+    finally:
+        h.stop()
+
+
+def test_out_of_sockets_frees_the_oldest_stalled_slot(hello):
+    a = _partial(hello)
+    b = _partial(hello)
+    hello.poll(2)
+    spare = []
+    while socketpool.open_count() < socketpool.MAX_SOCKETS:  # the rest of the device's 8 sockets are in use
+        spare.append(socketpool.SocketPool(None).socket())
+    try:
+        hello.clock.advance(HardenedServer.stall_ms)
+        lost = _complete(hello)  # accept() finds no socket: this client is reset, as on the device
+        hello.poll(2)
+        assert hello.server.counters["accept_errors"] >= 1 and hello.server.counters["evicted"] == 1
+        assert _closed_by_server(a) and not _closed_by_server(b)
+        honest = _complete(hello)  # the freed socket takes the next client
+        assert read_all(honest, hello).startswith(b"HTTP/1.1 200")
+        lost.close()
+    finally:
+        for x in spare:
+            x.close()
+        a.close()
+        b.close()
+
+
+def test_listen_backlog_and_accepts_per_poll_absorb_a_burst(hello):
+    burst = [socket.create_connection(("127.0.0.1", hello.port), timeout=2) for _ in range(60)]
+    for s in burst:
+        s.close()  # connect-and-close flood: every one waits in the backlog until accepted
+    honest = _complete(hello)
+    time.sleep(0.05)
+    hello.server.poll()
+    hello.server.poll()
+    assert _answer_now(honest).startswith(b"HTTP/1.1 200")
+    assert hello.server.counters["accepted"] == 61
 
 
 def test_handler_exception_is_500_and_contained():

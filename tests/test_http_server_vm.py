@@ -130,6 +130,29 @@ show("badjson", serve([b"POST /hi HTTP/1.1\r\nContent-Type: application/json\r\n
 show("garbage", serve([b"\x01\x02\r\n\r\n"], advance=100))
 show("http10", serve([b"GET /hi HTTP/1.0\r\n\r\n"]))
 print("open", srv.connections(), sorted(srv.counters.items()))
+show("nospace", serve([b"GET /hi?q=1 HTTP/1.1\r\nHost:x\r\nX-A:\x0bTransfer-Encoding: chunked\r\n\r\n"]))
+show("dupcl", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"], advance=100))
+show("digits", serve([b"POST /hi HTTP/1.1\r\nContent-Length: \xd9\xa2\r\n\r\n{}"], advance=100))
+show("spacecolon", serve([b"GET /hi HTTP/1.1\r\nHost : x\r\n\r\n"], advance=100))
+# Shedding: two slow clients hold both slots; three more wait with nothing to say, then an honest one.
+held = [serve([b"GET /hi HTTP/1.1\r\n"], polls=1) for _ in range(2)]
+idle = []
+for _ in range(3):
+    c = FakeConn([])
+    pool.listener.queue.append(c)
+    idle.append(c)
+honest = FakeConn([b"GET /hi?q=ok HTTP/1.1\r\n\r\n"])
+pool.listener.queue.append(honest)
+srv.poll()
+show("honest", honest)
+print("shed", srv.connections(), [c.closed for c in held], [c.closed for c in idle], srv.counters.get("refused"))
+# Across the wrap: a stamp older than 2**28 ms is expired, not "in the future".
+T[0] = (1 << 29) - 10
+late = serve([b"GET /hi HTTP/1.1\r\n"], polls=1)
+T[0] = (T[0] + (1 << 28) + 1000) % (1 << 29)
+srv.poll()
+srv.poll()
+show("wrap", late)
 """
 
 
@@ -152,6 +175,13 @@ def test_server_paths_in_micropython_vm():
     assert lines["boom"] == 'HTTP/1.1 500 True {"error": "Internal error"}'
     assert lines["big"].startswith("HTTP/1.1 413 True ")
     assert lines["badjson"] == 'HTTP/1.1 400 True {"error": "Malformed JSON"}'
-    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request"}'
+    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request line"}'
     assert lines["http10"] == 'HTTP/1.1 200 True {"q": null, "body": null}'
     assert lines["open"].startswith("0 ")
+    assert lines["nospace"] == 'HTTP/1.1 200 True {"q": "1", "body": null}'
+    assert lines["dupcl"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length"}'
+    assert lines["digits"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length"}'
+    assert lines["spacecolon"] == 'HTTP/1.1 400 True {"error": "Malformed header line"}'
+    assert lines["honest"] == 'HTTP/1.1 200 True {"q": "ok", "body": null}'
+    assert lines["shed"] == "2 [False, False] [True, True, True] 3"
+    assert lines["wrap"] == 'HTTP/1.1 408 True {"error": "Request timeout"}'

@@ -4,8 +4,8 @@ import errno
 import json
 
 import adafruit_httpserver
-from adafruit_httpserver import ChunkedResponse, JSONResponse, Request, Server
-from adafruit_ticks import ticks_add, ticks_diff, ticks_less, ticks_ms
+from adafruit_httpserver import ChunkedResponse, Headers, JSONResponse, QueryParams, Request, Server
+from adafruit_ticks import ticks_diff, ticks_ms
 
 from micropython import const
 
@@ -21,6 +21,21 @@ _GONE = (errno.ECONNRESET, errno.ENOTCONN, getattr(errno, "EPIPE", 32), errno.EB
          _ENOTCONN_LWIP, _ETIMEDOUT_LWIP)
 _SEND_SLICE = const(1024)     # bytes handed to send() at once: lwIP's send buffer is a few KB
 _CHUNK_REFILL = const(512)    # pull the next chunk when less than this is pending
+_LONG_AGO = const(1 << 28)    # what elapsed() says of a stamp ticks_diff can no longer place
+# RFC 9110 tchar: the bytes of a method or a header name.
+_TCHAR = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_HEX = "0123456789abcdef"
+
+
+def elapsed(now, stamp):
+    """Milliseconds from stamp (an earlier ticks_ms) to now; a stamp over ~3.1 days old counts as long ago.
+
+    ticks_diff is only meaningful within +-2**28 ms: past that an old stamp reads as one in the future, and a
+    deadline computed from it would never expire. Every stamp here was taken from an earlier now, so a
+    negative difference can only mean "wrapped": treat it as expired.
+    """
+    d = ticks_diff(now, stamp)
+    return d if d >= 0 else _LONG_AGO
 
 
 class ApiError(Exception):
@@ -81,6 +96,111 @@ def query(request, name):
     return values[0] if values else None
 
 
+def ascii_uint(text, max_digits=9):
+    """The value of text when it is 1..max_digits ASCII digits and nothing else, else None.
+
+    int() alone is too kind for request input: CPython's takes "\u0661\u0662" (Arabic-Indic digits) as 12, a
+    sign, surrounding whitespace and underscores; str.isdigit() also passes superscripts int() then refuses.
+    """
+    if not text or len(text) > max_digits:
+        return None
+    for ch in text:
+        if ch < "0" or ch > "9":
+            return None
+    return int(text)
+
+
+def bearer_token(header):
+    """The token of an Authorization header "Bearer <token>", or None.
+
+    The scheme is case-insensitive and one or more spaces or tabs may precede the token (RFC 9110 11.4 and
+    11.6.2 with RFC 6750 2.1); anything after the token (a second word) makes the header invalid.
+    """
+    if header is None:
+        return None
+    value = header.strip(" \t")
+    if len(value) < 8 or value[:6].lower() != "bearer" or value[6] not in " \t":
+        return None
+    token = value[7:].strip(" \t")
+    if not token:
+        return None
+    for ch in token:
+        if ch == " " or ch == "\t":
+            return None
+    return token
+
+
+def _is_token(data):
+    """True when data (bytes) is a non-empty RFC 9110 token (a method or a header name)."""
+    if not data:
+        return False
+    for b in data:
+        if b not in _TCHAR:
+            return False
+    return True
+
+
+def parse_head(head):
+    """(method, path, query string, version, Headers) of a request head (bytes, without the blank line).
+
+    Strict where leniency lets one request mean two things to two parsers (RFC 9112 2.2, 3, 5): lines end only
+    at CRLF, and a bare CR or LF, a NUL, a folded line, whitespace before a colon or a name that is not a token
+    is a 400 (ApiError). Values lose only the spaces and tabs around them and keep every other byte: they are
+    never split on the other characters str.splitlines() treats as line ends (\\x0b \\x0c \\x1c-\\x1e
+    \\x85 U+2028 U+2029), as adafruit_httpserver 4.8.2's Headers does.
+    """
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _is_token(parts[0]) or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise ApiError(400, "Malformed request line")
+    target = parts[1]
+    if not target:
+        raise ApiError(400, "Malformed request line")
+    for b in target:
+        if b <= 32 or b >= 127:  # controls, spaces and non-ASCII must be percent-encoded
+            raise ApiError(400, "Malformed request line")
+    headers = Headers()
+    for i in range(1, len(lines)):
+        line = lines[i]
+        colon = line.find(b":")
+        # A folded line or "Name :" fails the token check (RFC 9112 5.1 and 5.2 ask for a 400).
+        if colon <= 0 or not _is_token(line[:colon]):
+            raise ApiError(400, "Malformed header line")
+        value = line[colon + 1:].strip(b" \t")
+        if b"\r" in value or b"\n" in value or b"\x00" in value:
+            raise ApiError(400, "Malformed header line")
+        try:
+            headers.add(line[:colon].decode(), value.decode())
+        except UnicodeError:
+            raise ApiError(400, "Header is not valid UTF-8")
+    target = target.decode()
+    mark = target.find("?")
+    if mark < 0:
+        return parts[0].decode(), target, "", parts[2].decode(), headers
+    return parts[0].decode(), target[:mark], target[mark + 1:], parts[2].decode(), headers
+
+
+def content_length(headers):
+    """The declared body size: 0 when absent, -1 when not plain ASCII digits or when values disagree.
+
+    Repeated identical values ("5, 5" or two lines of 5) count once, as RFC 9110 8.6 allows; different values
+    would let a proxy and this server see different bodies.
+    """
+    size = None
+    for value in headers.get_list("Content-Length"):
+        for part in value.split(","):
+            n = ascii_uint(part.strip(" \t"))
+            if n is None or (size is not None and n != size):
+                return -1
+            size = n
+    return 0 if size is None else size
+
+
+def _hex_digit(b):
+    """Value of one ASCII hex digit (a byte), or -1."""
+    return _HEX.find(chr(b).lower()) if b < 128 else -1
+
+
 def _unquote(text):
     """Percent-decode a query value (adafruit_httpserver 4.8 leaves it encoded); '+' is a space."""
     if "%" not in text and "+" not in text:
@@ -91,13 +211,13 @@ def _unquote(text):
     n = len(raw)
     while i < n:
         c = raw[i]
-        if c == 37 and i + 2 < n:  # '%' followed by two characters
-            try:
-                out.append(int(raw[i + 1:i + 3].decode(), 16))
+        if c == 37 and i + 2 < n:  # '%' followed by two hex digits (int(x, 16) would also take "+1" or " 1")
+            hi = _hex_digit(raw[i + 1])
+            lo = _hex_digit(raw[i + 2])
+            if hi >= 0 and lo >= 0:
+                out.append(hi * 16 + lo)
                 i += 3
                 continue
-            except ValueError:
-                pass
         out.append(c)
         i += 1
     try:
@@ -106,17 +226,39 @@ def _unquote(text):
         raise ApiError(400, "Query is not valid UTF-8")
 
 
-class _Conn:
-    """One accepted client: bytes received, deadline, pending output; Response objects write into it (send/close)."""
+class _ParsedRequest(Request):
+    """adafruit_httpserver's Request filled from parse_head() instead of its own parser, whose Headers split
+    header lines with str.splitlines() and need ": " after a name (so "Name:value" was refused)."""
 
-    def __init__(self, sock, addr, now, deadline):
-        self.progress = now     # last time a byte moved in either direction
+    def __init__(self, server, connection, client_address, method, path, query_string, version, headers):
+        # Request.__init__ would parse raw_request again: set what it sets, from our parse.
+        self.server = server
+        self.connection = connection
+        self.client_address = client_address
+        self.raw_request = b""
+        self._form_data = None
+        self._cookies = None
+        self.method = method
+        self.path = path
+        self.query_params = QueryParams(query_string)
+        self.http_version = version
+        self.headers = headers
+
+
+class _Conn:
+    """One accepted client: bytes received, phase and its time limit, pending output; Response objects write into
+    it (send/close)."""
+
+    def __init__(self, sock, addr, now, limit):
         self.sock = sock
         self.addr = addr
+        self.peer = addr[0] if addr else None
+        self.progress = now     # last time a byte moved in either direction
+        self.since = now        # start of the phase; the phase ends by since + limit
+        self.limit = limit
         self.buf = bytearray()
         self.head_end = -1      # index of the blank line once the head is complete
         self.total = -1         # head + body length once Content-Length is known
-        self.deadline = deadline
         self.phase = _RECV
         self.out = bytearray()
         self.sent = 0
@@ -125,6 +267,13 @@ class _Conn:
         self.after = None       # request.after_sent: called once the answer went out (e.g. the reboot)
         self.request = None
         self.drain = False      # unread input may follow an early answer: drain it before closing
+        self.slotted = False    # holds one of the max_connections slots (a newcomer does not yet)
+
+    def enter(self, phase, now, limit):
+        self.phase = phase
+        self.since = now
+        self.limit = limit
+        self.progress = now
 
     # What adafruit_httpserver's Response calls on request.connection: collect, never block.
     def send(self, data):
@@ -140,24 +289,36 @@ class HardenedServer(Server):
 
     Why a subclass and not the stock poll(): 4.8 reads a whole request synchronously after accept() with no overall
     deadline and no size limit, spins forever on a peer that closes early (upstream #21) and re-raises handler
-    exceptions. Here every connection is a small state machine advanced by non-blocking recv_into/send across
-    polls, with one deadline for receiving the request and one for delivering the answer, size limits for head and
-    body, and every exception contained. Route, Request and the Response classes stay adafruit_httpserver's, so
-    route modules written against the library (including ChunkedResponse streams) work unchanged.
+    exceptions; its header parser splits on more than CRLF. Here every connection is a small state machine
+    advanced by non-blocking recv_into/send across polls, with one time limit for receiving the request and one
+    for delivering the answer, size limits for head and body, a strict head parser (parse_head), and every
+    exception contained. Route, Request and the Response classes stay adafruit_httpserver's, so route modules
+    written against the library (including ChunkedResponse streams) work unchanged.
     dispatch(request) -> Response is injected by the owner (auth, limits, routing live there).
+
+    Hostile clients (slow loris, half bodies, clients that never read, connect floods) are shed, not waited for:
+    every poll accepts what is pending (up to accept_per_poll) and reads each newcomer at once. A newcomer whose
+    request is already complete is answered on the spot; one that still needs its socket takes a free slot, or
+    the slot of the oldest stalled connection, or is closed. See _admit.
     """
 
-    max_connections = 2        # 8 sockets in the system: HTTP listen + 2 clients, Modbus 3, MQTT, NTP
+    # Socket budget (the device has 8 in all): HTTP listen 1 + 2 clients + 1 momentary (a newcomer being judged
+    # while both slots are taken) = 4; Modbus listen 1 + 2 clients (+ a momentary one it refuses) = 3; MQTT 1;
+    # NTP 1 during a sync round. docs/api.md counts it through.
+    max_connections = 2
+    per_peer = 1               # while another peer waits, a peer keeps at most this many slots
+    listen_backlog = 255       # pending handshakes; one poll judges them all (accept_per_poll)
+    accept_per_poll = 64       # newcomers accepted and judged per poll
     recv_deadline_ms = 250     # the whole request (head and body) must arrive within this after accept
     send_deadline_ms = 10000   # the whole answer must be taken by the client within this
     drain_ms = 250             # after an early answer (413, 431, 400), discard input this long before closing
-    stall_ms = 100             # a connection that moved no byte this long may be replaced by a waiting client
+    stall_ms = 100             # receiving or draining without a byte this long: stalled (a newcomer may take the slot)
+    answer_stall_ms = 300      # an answer the client took no byte of this long: stalled
     send_stall_ms = 1000       # a client that takes no byte of its answer this long is dropped
     max_head_bytes = 2048
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
     send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
-    accept_per_poll = 8        # new connections taken per poll
 
     def __init__(self, socket_source, dispatch, ticks=ticks_ms, log=None):
         Server.__init__(self, socket_source, root_path=None, debug=False)
@@ -175,6 +336,19 @@ class HardenedServer(Server):
             self._log.warning("adafruit_httpserver %s, tested with %s", adafruit_httpserver.__version__,
                               PINNED_VERSION)
         Server.start(self, host, port)
+
+    def _create_server_socket(self, socket_source, ssl_context, host, port):
+        """The library's listening socket with our backlog (it listens with 10)."""
+        sock = socket_source.socket(socket_source.AF_INET, socket_source.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket_source.SOL_SOCKET, socket_source.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(self.listen_backlog)
+            sock.setblocking(False)
+        except Exception:
+            sock.close()
+            raise
+        return sock
 
     def stop(self):
         for c in self._conns:
@@ -209,6 +383,11 @@ class HardenedServer(Server):
             alive = False
         if alive:
             return True
+        self._finish(c)
+        return False
+
+    def _finish(self, c):
+        """Close a connection and run its after_sent once."""
         self._close(c)
         if c.after is not None:
             after, c.after = c.after, None
@@ -218,50 +397,137 @@ class HardenedServer(Server):
                 self._count("errors")
                 if self._log is not None:
                     self._log.error("http after_sent: %s %s", type(exc).__name__, exc)
-        return False
 
-    def _stalled(self, now):
-        """The connection that moved no byte for the longest time, if that is at least stall_ms; else None."""
+    # --- accepting and shedding ---
+
+    def _stalled(self, c, now, pressed=False):
+        """True when the connection moved no byte for long enough that a newcomer deserves its slot.
+
+        Receiving and draining: stall_ms without a byte. Answering: answer_stall_ms without the client taking a
+        byte (stall_ms when pressed: an answer waits for the socket); an answer that is flowing is never stalled,
+        however long it takes.
+        """
+        limit = self.answer_stall_ms if c.phase == _SEND and not pressed else self.stall_ms
+        return elapsed(now, c.progress) >= limit
+
+    def _victim(self, now, peer=None, receiving=False, pressed=False):
+        """The oldest stalled connection (of peer, if given), or None; with receiving, the oldest one that is still
+        receiving its request, stalled or not. Oldest = longest without a byte, the first accepted on a tie."""
         worst = None
+        worst_idle = -1
         for c in self._conns:
-            idle = ticks_diff(now, c.progress)
-            if idle >= self.stall_ms and (worst is None or idle > ticks_diff(now, worst.progress)):
+            if peer is not None and c.peer != peer:
+                continue
+            if receiving:
+                if c.phase != _RECV:
+                    continue
+            elif not self._stalled(c, now, pressed):
+                continue
+            idle = elapsed(now, c.progress)
+            if idle > worst_idle:
                 worst = c
+                worst_idle = idle
         return worst
 
-    def _accept(self, now):
-        """Take new clients while a slot is free; when all are taken, a waiting client replaces a stalled one.
+    def _hog(self, peer):
+        """A peer other than peer that holds more than per_peer slots, or None."""
+        for c in self._conns:
+            if c.peer == peer:
+                continue
+            n = 0
+            for d in self._conns:
+                if d.peer == c.peer:
+                    n += 1
+            if n > self.per_peer:
+                return c.peer
+        return None
 
-        Slow-loris clients, half bodies and clients that do not read would otherwise hold the few slots until
-        their deadlines while a real request waits in the backlog; a connection that keeps moving bytes (a
-        history stream being read) is never replaced. Each new connection is stepped at once, so a client that
-        connected and left, or a small request that is already complete, frees its slot in the same poll and
-        the backlog drains faster than a flood of connect-and-close clients fills it.
+    def _evict(self, c):
+        self._conns.remove(c)
+        self._finish(c)
+        self._count("evicted")
+
+    def _accept(self, now):
+        """Accept every pending client (up to accept_per_poll), read it at once, then keep it only if it needs to.
+
+        Each newcomer is stepped before anything is decided: one that connected and left, or whose small request
+        was already complete (every honest client sends it right after connecting), is finished within this poll
+        and never needs a slot, so the listen backlog drains as fast as a flood fills it and an honest request is
+        answered in the poll that accepts it. A newcomer still waiting for bytes competes for a slot (_admit).
         """
         for _ in range(self.accept_per_poll):
-            full = len(self._conns) >= self.max_connections
-            if full and self._stalled(now) is None:
-                return
+            if len(self._conns) > self.max_connections:
+                # The momentary socket is held by an answer: free it (or a stalled slot) before judging more.
+                victim = self._victim(now, pressed=True)
+                if victim is None:
+                    return
+                self._evict(victim)
             try:
                 sock, addr = self._sock.accept()
             except OSError as exc:
-                if exc.errno != errno.EAGAIN:
-                    self._count("accept_errors")  # e.g. out of sockets: the client is refused or stays queued
+                if exc.errno == errno.EAGAIN:
+                    return
+                self._out_of_sockets(now)
                 return
-            if full:
-                victim = self._stalled(now)
-                self._conns.remove(victim)
-                self._close(victim)
-                self._count("evicted")
+            except RuntimeError:  # CircuitPython's "Out of sockets"
+                self._out_of_sockets(now)
+                return
             try:
                 sock.setblocking(False)
             except OSError:
                 self._safe_close(sock)
                 continue
-            c = _Conn(sock, addr, now, ticks_add(now, self.recv_deadline_ms))
+            c = _Conn(sock, addr, now, self.recv_deadline_ms)
             self._count("accepted")
             if self._advance(c, now):
-                self._conns.append(c)
+                self._admit(c, now)
+
+    def _out_of_sockets(self, now):
+        """accept() failed (on the device: no socket left, the client got a reset): free a stalled slot for the
+        next newcomer."""
+        self._count("accept_errors")
+        victim = self._victim(now)
+        if victim is not None:
+            self._evict(victim)
+
+    def _room_for(self, c, now, answering=False):
+        """The connection a newcomer c would replace: (True, victim or None) when it may stay, (False, None)
+        when every slot is moving bytes for someone who may keep it. answering: c has a complete request."""
+        if len(self._conns) < self.max_connections:
+            return True, None
+        victim = self._victim(now, pressed=answering)
+        if victim is None:
+            hog = self._hog(c.peer)
+            if hog is not None:
+                victim = self._victim(now, hog, receiving=True)
+        if victim is None and answering:
+            victim = self._victim(now, receiving=True)
+        return victim is not None, victim
+
+    def _admit(self, c, now):
+        """Give a newcomer that still needs its socket a slot, or close it.
+
+        In order: a free slot; the slot of the oldest stalled connection; when another peer holds more than
+        per_peer slots, that peer's oldest connection still receiving (one device cannot hold the whole API);
+        for a newcomer already being answered, the oldest connection still receiving (an answer beats an
+        unfinished request), and failing that the momentary socket until the answer is out (a stream was
+        already turned into a short 503 by _complete). Otherwise the newcomer is closed: it sent no complete
+        request and every slot is moving bytes.
+        """
+        if c.phase == _DRAIN and len(self._conns) >= self.max_connections:
+            self._finish(c)  # its early error answer is out; draining is a courtesy a full house cannot afford
+            return
+        ok, victim = self._room_for(c, now, c.phase != _RECV)
+        if victim is not None:
+            self._evict(victim)
+        elif not ok:
+            if c.phase == _RECV:
+                self._count("refused")
+                self._finish(c)
+                return
+            self._count("over_limit")  # a short answer the socket did not take at once: the momentary socket
+        c.slotted = True
+        self._conns.append(c)
 
     # --- one connection ---
 
@@ -270,7 +536,7 @@ class HardenedServer(Server):
             # Read first: after a long cycle the whole request may be waiting, and that is not the client's fault.
             if not self._receive(c, now):
                 return False
-            if c.phase == _RECV and not ticks_less(now, c.deadline):
+            if c.phase == _RECV and elapsed(now, c.since) >= c.limit:
                 self._count("recv_timeouts")
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
@@ -322,31 +588,27 @@ class HardenedServer(Server):
 
     def _head_complete(self, c, now):
         """Parse the head; check the declared body size. False when an answer was already queued."""
-        head = bytes(c.buf[:c.head_end])
-        if b"\r\n" not in head:
-            head += b"\r\nConnection: close"  # a bare request line (HTTP/1.0) is valid; 4.8 needs one header
         try:
-            request = Request(self, c, c.addr, head + b"\r\n\r\n")
-        except (ValueError, UnicodeError, IndexError):
-            self._answer_error(c, 400, "Malformed request", now)
+            method, path, query_string, version, headers = parse_head(bytes(c.buf[:c.head_end]))
+        except ApiError as exc:
+            self._answer_error(c, exc.status, exc.message, now)
             return False
+        request = _ParsedRequest(self, c, c.addr, method, path, query_string, version, headers)
         c.request = request
-        if request.headers.get("Transfer-Encoding") is not None:
+        if headers.get("Transfer-Encoding") is not None:
             self._answer_error(c, 411, "Chunked request bodies are not supported; send Content-Length", now)
             return False
-        length = request.headers.get("Content-Length")
-        if length is None:
-            length = "0"
-        length = length.strip()
-        if not length.isdigit() or len(length) > 9:
+        size = content_length(headers)
+        if size < 0:
             self._answer_error(c, 400, "Invalid Content-Length", now)
             return False
-        size = int(length)
         if size > self.max_body_bytes:
             self._answer_error(c, 413, "Request body too large (limit %d bytes)" % self.max_body_bytes, now)
             return False
+        if headers.get("Content-Length") is not None:
+            headers.set("Content-Length", str(size))  # one canonical value for the library and the handlers
         c.total = c.head_end + 4 + size
-        expect = request.headers.get("Expect")
+        expect = headers.get("Expect")
         if expect is not None and expect.lower() == "100-continue" and len(c.buf) < c.total:
             self._raw_send(c, b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
@@ -362,6 +624,11 @@ class HardenedServer(Server):
                     values[i] = _unquote(values[i])
             response = self._dispatch(request)
             c.after = getattr(request, "after_sent", None)
+            if not c.slotted and isinstance(response, ChunkedResponse) and not self._room_for(c, now, True)[0]:
+                # A stream needs a slot for many polls and every slot is busy: a clear "later" instead of a
+                # newcomer that would hold the momentary socket (and stop all accepting) while it trickles out.
+                self._count("busy")
+                response = error_response(request, 503, "Server busy", headers={"Retry-After": "1"})
         except ApiError as exc:
             response = error_response(request, exc.status, exc.message, exc.fields, exc.headers)
         except Exception as exc:  # a failing handler answers 500 and the loop goes on
@@ -374,9 +641,7 @@ class HardenedServer(Server):
 
     def _start_answer(self, c, response, now):
         """Render the response into the connection's output (a ChunkedResponse only its head: chunks follow)."""
-        c.phase = _SEND
-        c.progress = now
-        c.deadline = ticks_add(now, self.send_deadline_ms)
+        c.enter(_SEND, now, self.send_deadline_ms)
         if response is None:
             response = error_response(c.request, 500, "Handler gave no answer")
         self._set_default_server_headers(response)
@@ -397,12 +662,10 @@ class HardenedServer(Server):
     def _answer_error(self, c, code, message, now):
         """Queue an error answer produced by the server itself (before any handler ran)."""
         if c.request is None:
-            c.request = Request(self, c, c.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            c.request = _ParsedRequest(self, c, c.addr, "GET", "/", "", "HTTP/1.1", Headers())
         c.out = bytearray()
         self._render_error(c, code, message)
-        c.phase = _SEND
-        c.progress = now
-        c.deadline = ticks_add(now, self.send_deadline_ms)
+        c.enter(_SEND, now, self.send_deadline_ms)
         if code != 408:  # a fast client may still be sending: drain it before closing (a slow one is not worth it)
             c.drain = True
 
@@ -421,7 +684,7 @@ class HardenedServer(Server):
 
     def _send(self, c, now):
         """Push pending output without blocking; refill from a chunk stream; False once everything went out."""
-        if not ticks_less(now, c.deadline) or ticks_diff(now, c.progress) >= self.send_stall_ms:
+        if elapsed(now, c.since) >= c.limit or elapsed(now, c.progress) >= self.send_stall_ms:
             self._count("send_timeouts")
             return False
         budget = self.send_per_poll
@@ -456,8 +719,7 @@ class HardenedServer(Server):
             return True
         if not c.drain:
             return False
-        c.phase = _DRAIN
-        c.deadline = ticks_add(now, self.drain_ms)
+        c.enter(_DRAIN, now, self.drain_ms)
         return True
 
     def _refill(self, c):
@@ -482,7 +744,7 @@ class HardenedServer(Server):
 
     def _drain(self, c, now):
         """Discard input until the peer closes or the drain time ends, so our close does not reset the answer."""
-        if not ticks_less(now, c.deadline):
+        if elapsed(now, c.since) >= c.limit:
             return False
         buf = self._buffer
         budget = self.recv_per_poll
@@ -495,7 +757,7 @@ class HardenedServer(Server):
                 return False
             if n == 0:
                 return False
-            c.progress = now  # draining is progress: not a candidate for replacement
+            c.progress = now
             budget -= n
         return True
 

@@ -9,7 +9,7 @@ from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
-from services.api.server import HardenedServer, error_response
+from services.api.server import HardenedServer, bearer_token, error_response
 
 ALIVE_PATH = "/api/v1/system/alive"
 
@@ -223,12 +223,7 @@ class HttpApi(Module):
         need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
             return None
-        token = None
-        header = request.headers.get("Authorization")
-        if header is not None:
-            parts = header.strip().split(" ")
-            if len(parts) == 2 and parts[0].lower() == "bearer":
-                token = parts[1]
+        token = bearer_token(request.headers.get("Authorization"))
         have = app.auth.level(token) if token else None
         if have is None:
             self.count("unauthorized")

@@ -9,6 +9,7 @@ from core.elapsed import fresh
 from core.tz import days_from_civil, is_leap, to_civil
 from meter import obis
 from meter.decimal import to_str
+from services.api.server import ascii_uint
 
 MAX_DAYS = 366        # lowRes days: one leap year, the retention of the LowRes ring
 _MDAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
@@ -26,10 +27,10 @@ def parse_date(text, name):
         raise BadRequest("missing parameter %s (YYYY-MM-DD)" % name)
     if len(text) != 10 or text[4] != "-" or text[7] != "-":
         raise BadRequest("%s must be YYYY-MM-DD" % name)
-    y, m, d = text[:4], text[5:7], text[8:]
-    if not (y.isdigit() and m.isdigit() and d.isdigit()):
+    # ASCII digits only: CPython's isdigit()/int() also take other scripts' digits ("\u0662\u0660\u0662\u0664").
+    y, m, d = ascii_uint(text[:4], 4), ascii_uint(text[5:7], 2), ascii_uint(text[8:], 2)
+    if y is None or m is None or d is None:
         raise BadRequest("%s must be YYYY-MM-DD" % name)
-    y, m, d = int(y), int(m), int(d)
     if not 1970 <= y <= 2105:
         raise BadRequest("%s: year out of range 1970..2105" % name)
     if not 1 <= m <= 12:
@@ -44,10 +45,8 @@ def parse_days(text):
     """lowRes days: an integer 1..MAX_DAYS written in plain digits; BadRequest otherwise."""
     if text is None or text == "":
         raise BadRequest("missing parameter days (1..%d)" % MAX_DAYS)
-    if not text.isdigit() or len(text) > 4:
-        raise BadRequest("days must be an integer 1..%d" % MAX_DAYS)
-    n = int(text)
-    if not 1 <= n <= MAX_DAYS:
+    n = ascii_uint(text, 4)
+    if n is None or not 1 <= n <= MAX_DAYS:
         raise BadRequest("days must be an integer 1..%d" % MAX_DAYS)
     return n
 
