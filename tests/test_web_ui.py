@@ -348,6 +348,22 @@ def test_ssid_change_with_empty_password_asks_first(browser, plain):
     page.context.close()
 
 
+def test_a_scanned_network_can_be_picked_for_the_ssid(browser, plain, shots):
+    """The setup page lists the networks the device's radio scanned (/system/wifi_scan) and fills the SSID."""
+    page = _settings_page(browser, plain)
+    form = page.locator("#s-wifiPrimary")
+    form.locator('[data-test="scan"]').click()
+    nets = form.locator("ul.nets li")
+    nets.first.wait_for()
+    assert nets.all_inner_texts()[0].startswith("HostNetwork")       # strongest first (host air: -48 dBm)
+    assert any(t.startswith("Neighbour") for t in nets.all_inner_texts())
+    form.get_by_role("button", name="Neighbour").click()
+    assert form.locator('[name="wifi.primary.ssid"]').input_value() == "Neighbour"
+    page.set_viewport_size({"width": 360, "height": 800})
+    form.screenshot(path=os.path.join(shots, "settings-scan-360.png"))
+    page.context.close()
+
+
 def test_ap_protection_without_password_asks_first(browser, plain):
     assert not _get_setting(plain, "accessPoint.password_set")
     page = _settings_page(browser, plain)
@@ -616,14 +632,19 @@ _CANDIDATES = {
     "choice": [0, 3, 4, 5, 9, 203, 213, 214, "5", None],
     "ratio": [1, 0.9, 1.5, 2.55, 10000, 10000.1, 10001, 0.1, 99.9, 123.4, "2", True],
     "text": ["", "Meter Plus", "x" * 31, "x" * 32, "x" * 64, "x" * 65, "\U0001F600" * 16, "\U0001F600" * 32,
-             "a\tb", "a\x7fb", "Zähler"],
+             "a\tb", "a\x7fb", "a\x85b", "Zähler"],
     "topic": ["", "home/meter", "a+b", "a#", "a/", "x" * 64, "x" * 65],
-    "ssid": ["", "Home", "x" * 32, "x" * 33, "ä" * 16, "ä" * 17],
-    "wpa": ["", "short", "12345678", "x" * 63, "x" * 64, "ä" * 31, "ä" * 32, None],
+    "ssid": ["", "Home", "x" * 32, "x" * 33, "ä" * 16, "ä" * 17, "a\x00b", "tab\there"],
+    "wpa": ["", "short", "12345678", "x" * 63, "x" * 64, "ä" * 31, "ä" * 32, "1234567\x01", None],
     "secret": ["", "x" * 64, "x" * 65, None],
-    "ipv4": ["", "192.168.1.10", "10.0.0", "256.1.1.1", "01.2.3.4", "1.2.3.4.5", "a.b.c.d", "0.0.0.0"],
-    "mask": ["", "255.255.255.0", "255.0.255.0", "0.0.0.0", "255.255.255.255", "255.255.254.0", "1.2.3"],
-    "host": ["", "pool.ntp.org", "192.168.1.2", "-bad.example", "bad-.example", "a_b", "x" * 64, "ok-host"],
+    "ipv4": ["", "192.168.1.10", "10.0.0", "256.1.1.1", "01.2.3.4", "1.2.3.4.5", "a.b.c.d", "0.0.0.0", "127.0.0.1",
+             "224.0.0.1", "240.0.0.1", "255.255.255.255", "\u0661\u0669\u0662.168.1.1"],
+    "mask": ["", "255.255.255.0", "255.0.255.0", "0.0.0.0", "255.255.255.255", "255.255.255.254", "255.255.255.252",
+             "255.255.254.0", "1.2.3"],
+    "host": ["", "pool.ntp.org", "192.168.1.2", "-bad.example", "bad-.example", "a_b", "x" * 64, "ok-host",
+             "0.0.0.0", "999.1.1.1", "127.0.0.1", "239.1.1.1"],
+    "url": ["", "http://192.168.1.5/manifest.json", "https://updates.example/stable/m.json", "ftp://x/", "http://",
+            "http://a b/", "http://host:0/", "http://host:65535/x", "http://user@host/", "http://-x/", "x" * 201],
     "lang": ["de", "en", "fr", ""],
 }
 
@@ -645,7 +666,7 @@ def test_the_pages_rules_match_the_devices(browser, plain):
                 continue
             if kind == "bool" and not isinstance(value, bool):
                 continue
-            if kind in ("text", "topic", "ssid", "ipv4", "mask", "host", "lang") and not isinstance(value, str):
+            if kind in ("text", "topic", "ssid", "ipv4", "mask", "host", "url", "lang") and not isinstance(value, str):
                 continue
             cases.append((key, value))
     page_says = page.evaluate("cs => cs.map(([k, v]) => window.meterplus.check(k, v))", cases)

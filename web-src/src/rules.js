@@ -12,6 +12,7 @@ export const SCHEMA = {
   'mqtt.user': ['text', 64], 'mqtt.password': ['secret', 64], 'mqtt.client_id': ['text', 64],
   'mqtt.topic_prefix': ['topic', 64], 'mqtt.sendInterval': ['int', 1, 3600], 'mqtt.discovery_prefix': ['topic', 64],
   'modbus.enable': ['bool'], 'modbus.port': ['int', 1, 65535], 'modbus.model': ['choice', [203, 213]],
+  'ota.url': ['url', true], 'cloud.host': ['host', true], 'cloud.port': ['int', 1, 65535],
 };
 for (const p of ['primary', 'secondary']) {
   SCHEMA[`wifi.${p}.ssid`] = ['ssid'];
@@ -22,7 +23,8 @@ for (const p of ['primary', 'secondary']) {
 export const SECRETS = ['wifi.primary.password', 'wifi.secondary.password', 'accessPoint.password', 'mqtt.password'];
 
 const bytes = (s) => new TextEncoder().encode(s).length;
-const ctrl = (s) => /[\x00-\x1f\x7f]/.test(s);
+const ctrl = (s) => /[\x00-\x1f\x7f-\x9f]/.test(s); // C0, DEL and C1, as core/settings.py _printable
+const hasLoneSurrogate = (s) => /[\ud800-\udbff](?![\udc00-\udfff])|(?:[^\ud800-\udbff]|^)[\udc00-\udfff]/.test(s);
 export function parseIpv4(s) {
   const p = s.split('.');
   if (p.length !== 4) return null;
@@ -38,12 +40,43 @@ function isMask(o) {
   const inv = ~n >>> 0;
   return n !== 0 && ((inv & (inv + 1)) >>> 0) === 0;
 }
+// Why an address cannot be a LAN host's (device, gateway, DNS server), as core/settings.py _host_reason.
+function hostReason(o) {
+  if (o[0] === 0) return t('r_ip_zero');
+  if (o[0] === 127) return t('r_ip_loop');
+  if (o[0] >= 224 && o[0] <= 239) return t('r_ip_multi');
+  if (o[0] >= 240) return t('r_ip_reserved');
+  return '';
+}
+function prefixLen(o) {
+  const n = ((o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3]) >>> 0;
+  let bits = 0;
+  while (bits < 32 && (n >>> (31 - bits)) & 1) bits++;
+  return bits;
+}
+// An http(s) URL as core/url.py split_url accepts it.
+function urlReason(v) {
+  if (v.length > 200) return t('r_len', 200);
+  if (/[^\x21-\x7e]/.test(v)) return t('r_url');
+  const m = /^https?:\/\/([^/]*)(\/.*)?$/.exec(v);
+  if (!m || /[@?#]/.test(m[1])) return t('r_url');
+  let host = m[1];
+  const colon = host.indexOf(':');
+  if (colon >= 0) {
+    const port = host.slice(colon + 1);
+    if (!/^\d+$/.test(port) || +port < 1 || +port > 65535) return t('r_url');
+    host = host.slice(0, colon);
+  }
+  if (!host || host.length > 253 || '.-'.includes(host[0]) || '.-'.includes(host[host.length - 1])) return t('r_url');
+  return /^[A-Za-z0-9.-]+$/.test(host) ? '' : t('r_url');
+}
 const isHost = (s) =>
   s.length <= 253 && s.split('.').every((l) => /^[A-Za-z0-9-]{1,63}$/.test(l) && l[0] !== '-' && l[l.length - 1] !== '-');
 
 // The reason a value is wrong for key (in the page's language), or '' when it is fine. null clears a secret.
 export function check(key, v) {
   const [kind, a, b] = SCHEMA[key];
+  if (typeof v === 'string' && hasLoneSurrogate(v)) return t('r_unicode');
   switch (kind) {
     case 'bool':
       return typeof v === 'boolean' ? '' : 'true/false';
@@ -62,11 +95,13 @@ export function check(key, v) {
       if (kind === 'topic' && (/[+#]/.test(v) || v.endsWith('/'))) return t('r_topic');
       return '';
     case 'ssid':
-      return bytes(v) > 32 ? t('r_bytes', 32) : '';
+      if (bytes(v) > 32) return t('r_bytes', 32);
+      return v.includes('\x00') ? t('r_ctrl') : '';
     case 'wpa': {
       if (v === null) return '';
       const n = bytes(v);
-      return n && (n < 8 || n > 63) ? t('r_wpa') : '';
+      if (n && (n < 8 || n > 63)) return t('r_wpa');
+      return ctrl(v) ? t('r_ctrl') : '';
     }
     case 'secret':
       return v !== null && bytes(v) > a ? t('r_bytes', a) : '';
@@ -75,13 +110,24 @@ export function check(key, v) {
       if (v === '') return '';
       const o = parseIpv4(v);
       if (!o) return t('r_ip');
-      return kind === 'mask' && !isMask(o) ? t('r_mask') : '';
+      if (kind === 'mask') return !isMask(o) ? t('r_mask') : prefixLen(o) > 30 ? t('r_mask30') : '';
+      return hostReason(o) || (o.every((x) => x === 255) ? t('r_ip_bcast') : '');
     }
-    case 'host':
+    case 'host': {
       if (v === '') return a ? '' : t('r_required');
-      return isHost(v) ? '' : t('r_host');
+      if (!isHost(v)) return t('r_host');
+      if (/^\d+$/.test(v.slice(v.lastIndexOf('.') + 1))) { // a top-level domain is never all digits: an address
+        const o = parseIpv4(v);
+        if (!o) return t('r_host');
+        if (o[0] === 0 || o[0] >= 224) return hostReason(o) || t('r_ip_bcast');
+      }
+      return '';
+    }
+    case 'url':
+      if (v === '') return a ? '' : t('r_required');
+      return urlReason(v);
     case 'zone':
-      return v ? '' : t('r_required');
+      return v && v.length <= 64 && !/[^\x20-\x7e]/.test(v) ? '' : t('r_required');
     case 'lang':
       return v === 'de' || v === 'en' ? '' : 'de, en';
   }

@@ -8,7 +8,7 @@ import { Msg, errText, getPath, html } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
-  ['general', ['device_name', 'language.active', 'timezone', 'ntp_server', 'ledEnable', 'autoOta', 'history.flushMinutes']],
+  ['general', ['device_name', 'language.active', 'timezone', 'ntp_server', 'ledEnable', 'autoOta', 'ota.url', 'history.flushMinutes']],
   ['meter', ['medianFilterSize', 'ctRatio']],
   ['wifiPrimary', wifi('primary')],
   ['wifiSecondary', wifi('secondary')],
@@ -16,7 +16,7 @@ export const SECTIONS = [
   ['mqtt', ['mqtt.enable', 'mqtt.host', 'mqtt.port', 'mqtt.use_tls', 'mqtt.user', 'mqtt.password', 'mqtt.client_id',
     'mqtt.topic_prefix', 'mqtt.sendInterval', 'mqtt.discovery_prefix']],
   ['modbus', ['modbus.enable', 'modbus.port', 'modbus.model']],
-  ['cloud', ['cloudIotEnabled']],
+  ['cloud', ['cloudIotEnabled', 'cloud.host', 'cloud.port']],
 ];
 const fid = (key) => 'f-' + key.replace(/\./g, '-');
 
@@ -157,6 +157,7 @@ function Section({ id, keys, doc, zones, onSaved, children }) {
     <h2>${t(id)}</h2>
     ${keys.map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
@@ -176,6 +177,35 @@ export function RestartButton() {
     }
   };
   return html`<div class="row"><button type="button" class="warn" onClick=${go}>${t('restartNow')}</button> <span role="status">${state}</span></div>`;
+}
+
+// The scanned networks (GET /system/wifi_scan): picking one fills the section's SSID, as on a phone's WiFi list.
+// A fresh scan runs in the background on the device; the list is asked again a few times while it says scanning.
+function ScanBox({ onPick }) {
+  const [nets, setNets] = useState(null);
+  const [state, setState] = useState('');
+  const scan = async () => {
+    setState(t('scanning'));
+    try {
+      let r = await api('/system/wifi_scan?refresh=true');
+      for (let i = 0; r.scanning && i < 5; i++) {
+        await new Promise((ok) => setTimeout(ok, 3000));
+        r = await api('/system/wifi_scan');
+      }
+      const seen = new Set();
+      const list = (r.networks || []).filter((n) => n.ssid && !seen.has(n.ssid) && seen.add(n.ssid))
+        .sort((a, b) => b.rssi - a.rssi);
+      setNets(list);
+      setState(list.length ? '' : t('noNetworks'));
+    } catch (e) {
+      setState(errText(e));
+    }
+  };
+  return html`<div class="sub"><div class="row"><button type="button" data-test="scan" onClick=${scan}>${t('scan')}</button>
+    <span role="status">${state}</span></div>
+    ${nets && nets.length > 0 && html`<ul class="nets" aria-label=${t('networks')}>${nets.map((n) => html`<li>
+      <button type="button" class="link" onClick=${() => onPick(n.ssid)}>${n.ssid}</button>
+      <span class="small"> ${n.rssi} dBm${n.secure === false ? ' · ' + t('openNet') : ''}</span></li>`)}</ul>`}</div>`;
 }
 
 function CaBox() {
