@@ -13,6 +13,27 @@ import socketpool
 import wifi
 from adafruit_ticks import ticks_ms
 
+WATCHDOG_S = 30          # a stalled loop restarts the chip after this long
+
+
+def arm_watchdog():
+    """(the RESET-mode watchdog, None) or (None, why it is unavailable)."""
+    try:
+        from watchdog import WatchDogMode
+
+        wd = microcontroller.watchdog
+        wd.timeout = WATCHDOG_S
+        wd.mode = WatchDogMode.RESET
+        return wd, None
+    except (ImportError, ValueError, RuntimeError) as exc:
+        return None, exc
+
+
+# Armed before the application is imported: CircuitPython keeps a RESET watchdog running when code.py ends with an
+# exception, so a version that cannot even import restarts the chip, and boot.py counts the failed boot and rolls
+# an update back (docs/ota.md). Importing and building take well under WATCHDOG_S before the first feed.
+WATCHDOG, WATCHDOG_ERROR = arm_watchdog()
+
 from core.app import App
 from core.bus import Bus
 from core.log import Log
@@ -27,7 +48,6 @@ from services.system.status_policy import StatusPolicy
 SETTINGS_PATH = "settings.json"
 TOKENS_PATH = "tokens.json"
 CA_PATH = "mqtt_ca.pem"
-WATCHDOG_S = 30          # a stalled loop restarts the chip after this long
 IDLE_SLEEP_S = 0.005     # yields the CPU between cycles; the UART buffer covers 4 s at 9600 baud
 
 
@@ -59,17 +79,10 @@ def build():
     app.boot_ticks = ticks_ms()
     app.reset_reason = str(microcontroller.cpu.reset_reason).split(".")[-1]
 
-    wd = microcontroller.watchdog
-    try:
-        from watchdog import WatchDogMode
+    if WATCHDOG is None:
+        log.warning("watchdog unavailable: %s", WATCHDOG_ERROR)
 
-        wd.timeout = WATCHDOG_S
-        wd.mode = WatchDogMode.RESET
-    except (ImportError, ValueError, RuntimeError) as exc:
-        log.warning("watchdog unavailable: %s", exc)
-        wd = None
-
-    sup = Supervisor(ticks_ms, watchdog=wd, gc_collect=gc.collect, log=log)
+    sup = Supervisor(ticks_ms, watchdog=WATCHDOG, gc_collect=gc.collect, log=log)
     app.supervisor = sup
 
     pixels = neopixel.NeoPixel(pin(env("METERPLUS_LED", "NEOPIXEL")), 1, brightness=0.3, auto_write=False)

@@ -162,6 +162,17 @@ def _load_settings_toml(path, overrides):
     os.environ.update(overrides)
 
 
+def _disarm_watchdog():
+    """A chip reset stops the watchdog: the next code.py runs unguarded until it arms it again."""
+    import microcontroller
+
+    wd = microcontroller.watchdog
+    if wd._timer:
+        wd._timer.cancel()
+        wd._timer = None
+    wd.mode = None
+
+
 def _reset_radios():
     """A chip reset drops the WiFi station and AP and the BLE GATT table: fresh radio stand-ins."""
     if "wifi" in sys.modules:
@@ -265,6 +276,7 @@ def main(argv=None):
             _hostenv.reset_count += 1
             _hostenv.last_reset_reason = None
             print("host: %s: restarting the firmware" % reset.kind, flush=True)
+            _disarm_watchdog()
             _purge_firmware_modules()
             _reset_radios()
         except KeyboardInterrupt:
@@ -284,6 +296,7 @@ def main(argv=None):
                 _hostenv.reset_count += 1
                 _hostenv.last_reset_reason = "WATCHDOG"
                 print("host: watchdog: restarting the firmware after a crash", flush=True)
+                _disarm_watchdog()
                 _purge_firmware_modules()
 
 
