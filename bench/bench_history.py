@@ -196,7 +196,7 @@ def flash_year(days=365, flush_minutes=60, log_every_s=3600, kb=None, step_s=60,
     the hottest one lasts to ENDURANCE erase cycles. log_paths: (path, old_path) of the flash log, else its own.
     """
     sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
-    from core.settings import write_atomic
+    from core.json_store import write_atomic
     from host import flash_meter
     from services.history.store import HistoryStore
 

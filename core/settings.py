@@ -1,8 +1,12 @@
-"""The device settings document: defaults, schema validation, all-or-nothing updates, atomic storage, secrets."""
+"""The device settings document: defaults, schema validation, all-or-nothing updates, secrets (stored by json_store)."""
 
 import json
-import os
-from core.files import exists as _exists, remove_quiet as _remove
+
+from core.ipv4 import dotted as _dotted, host_reason as _host_reason, parse_ipv4 as _parse_ipv4, \
+    prefix_len as _prefix_len
+from core.json_store import read_json_file, write_atomic
+from core.text import ascii_printable as _ascii_printable, escaped as _escaped, is_hostname as _is_hostname, \
+    join_surrogates as _unicode, printable as _printable
 from core.url import split_url
 
 # Defaults of the spec's settings table (device-api.md); the wire names follow aio-wattwaechter where the spec
@@ -92,189 +96,7 @@ def _copy(tree):
     return json.loads(json.dumps(tree))
 
 
-# --- atomic storage: FAT has no atomic replace and no rename onto an existing file ---
-
-def _sync():
-    try:
-        os.sync()
-    except (AttributeError, OSError):
-        pass
-
-
-def _load_file(path):
-    try:
-        with open(path) as f:
-            text = f.read()
-    except (OSError, UnicodeError):
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None  # torn or zeroed by a power cut
-
-
-def write_atomic(path, obj):
-    """Store obj as JSON so that a power cut at any step leaves the old or the new document readable.
-
-    Steps: write path.tmp completely; drop a stale path.bak; rename path -> path.bak; rename path.tmp -> path;
-    remove path.bak. read_json_file() prefers path, then a complete path.tmp, then path.bak.
-    """
-    tmp = path + ".tmp"
-    bak = path + ".bak"
-    text = json.dumps(obj)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-    _sync()
-    _remove(bak)
-    if _exists(path):
-        os.rename(path, bak)
-    os.rename(tmp, path)
-    _sync()
-    _remove(bak)
-
-
-def read_json_file(path):
-    """The stored document, recovered from an interrupted write_atomic if needed; None when there is none."""
-    data = _load_file(path)
-    if data is not None:
-        return data
-    for other in (path + ".tmp", path + ".bak"):
-        data = _load_file(other)
-        if data is not None:
-            try:  # put it back in place, so the next write starts from a clean state
-                _remove(path)
-                os.rename(other, path)
-            except OSError:
-                pass
-            return data
-    return None
-
-
 # --- validation ---
-
-def _parse_ipv4(text):
-    """The address as a 32-bit int, or None when text is not a dotted quad of ASCII decimal octets."""
-    parts = text.split(".")
-    if len(parts) != 4:
-        return None
-    n = 0
-    for p in parts:
-        if not p or len(p) > 3 or (len(p) > 1 and p[0] == "0"):
-            return None
-        v = 0
-        for ch in p:  # not str.isdigit()/int(): both take Arabic-Indic and other Unicode digits
-            if not "0" <= ch <= "9":
-                return None
-            v = v * 10 + ord(ch) - 48
-        if v > 255:
-            return None
-        n = (n << 8) | v
-    return n
-
-
-def _dotted(n):
-    return "%d.%d.%d.%d" % ((n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255)
-
-
-def _prefix_len(mask):
-    """Number of leading one bits of a netmask, or -1 when the ones are not contiguous."""
-    inv = (~mask) & 0xFFFFFFFF
-    if inv & (inv + 1):
-        return -1
-    bits = 0
-    while mask & 0x80000000:
-        bits += 1
-        mask = (mask << 1) & 0xFFFFFFFF
-    return bits
-
-
-def _host_reason(n):
-    """Why n cannot be the address of a host on a LAN (device, gateway, DNS server), or None."""
-    first = n >> 24
-    if first == 0:
-        return "is in 0.0.0.0/8 (\"this network\"), not a host address"
-    if first == 127:
-        return "is a loopback address"
-    if 224 <= first <= 239:
-        return "is a multicast address"
-    if n == 0xFFFFFFFF:
-        return "is the broadcast address"
-    if first >= 240:
-        return "is in the reserved range 240.0.0.0/4"
-    return None
-
-
-def _is_hostname(text):
-    if len(text) > 253:
-        return False
-    for label in text.split("."):
-        if not 1 <= len(label) <= 63 or label[0] == "-" or label[-1] == "-":
-            return False
-        for ch in label:
-            if not (ch.isalpha() or ch.isdigit() or ch == "-") or ord(ch) > 127:
-                return False
-    return True
-
-
-def _printable(text):
-    """False when text holds a C0 or C1 control character or DEL (no place in a name or an MQTT string)."""
-    for ch in text:
-        c = ord(ch)
-        if c < 32 or 127 <= c < 160:
-            return False
-    return True
-
-
-def _ascii_printable(text):
-    for ch in text:
-        c = ord(ch)
-        if c < 32 or c > 126:
-            return False
-    return True
-
-
-def _unicode(text):
-    """(text with UTF-16 surrogate pairs joined, None), or (None, reason) when a lone surrogate is in it.
-
-    A JSON string may carry any code point as a "\\ud83d\\ude00" escape pair. CPython's json joins the pair and
-    keeps a lone "\\ud800" as a surrogate that no UTF-8 encoder accepts; MicroPython's json joins nothing and
-    stores each half as 3 bytes (CESU-8). Either way the text cannot go to the radio, the broker or the flash
-    as UTF-8: join the pairs, refuse the rest.
-    """
-    for ch in text:
-        if 0xD800 <= ord(ch) <= 0xDFFF:
-            break
-    else:
-        return text, None  # the usual case: nothing allocated
-    out = []
-    high = 0
-    for ch in text:
-        c = ord(ch)
-        if high:
-            if not 0xDC00 <= c <= 0xDFFF:
-                return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % high
-            out.append(chr(0x10000 + ((high - 0xD800) << 10) + (c - 0xDC00)))
-            high = 0
-        elif 0xD800 <= c <= 0xDBFF:
-            high = c
-        elif 0xDC00 <= c <= 0xDFFF:
-            return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % c
-        else:
-            out.append(ch)
-    if high:
-        return None, "must be valid Unicode (lone UTF-16 surrogate \\u%04x)" % high
-    return "".join(out), None
-
-
-def _escaped(text):
-    """text with each UTF-16 surrogate written out as the six characters \\udxxx."""
-    out = []
-    for ch in text:
-        c = ord(ch)
-        out.append("\\u%04x" % c if 0xD800 <= c <= 0xDFFF else ch)
-    return "".join(out)
-
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)

@@ -1,12 +1,15 @@
-"""core/settings.py: every rule of the spec's settings table, all-or-nothing updates, secrets, atomic storage."""
+"""core/settings.py: every rule of the spec's settings table, all-or-nothing updates, secrets; core/json_store.py:
+atomic storage."""
 
 import json
 import os
 
 import pytest
 
+from core import json_store as store
 from core import settings as S
-from core.settings import Settings, SettingsError, read_json_file, write_atomic
+from core.json_store import read_json_file, write_atomic
+from core.settings import Settings, SettingsError
 
 ZONES = {"Europe/Berlin", "Europe/London", "UTC"}
 
@@ -263,9 +266,9 @@ def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
         step()
         real["remove"](p)
 
-    monkeypatch.setattr(S, "open", fake_open, raising=False)
-    monkeypatch.setattr(S.os, "rename", fake_rename)
-    monkeypatch.setattr(S.os, "remove", fake_remove)
+    monkeypatch.setattr(store, "open", fake_open, raising=False)
+    monkeypatch.setattr(store.os, "rename", fake_rename)
+    monkeypatch.setattr(store.os, "remove", fake_remove)
     try:
         write_atomic(path, {"v": "new"})
         finished = True
@@ -290,7 +293,7 @@ def test_write_atomic_survives_fat_rename_semantics(tmp_path, monkeypatch):
             raise OSError(17, "EEXIST")
         real_rename(a, b)
 
-    monkeypatch.setattr(S.os, "rename", fat_rename)
+    monkeypatch.setattr(store.os, "rename", fat_rename)
     path = str(tmp_path / "s.json")
     for i in range(3):
         write_atomic(path, {"i": i})

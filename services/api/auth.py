@@ -5,7 +5,7 @@ import hashlib
 import os
 
 from core.elapsed import fresh
-from core.settings import read_json_file, write_atomic
+from core.json_store import read_json_file, write_atomic
 
 OPEN = 0
 READ = 1
