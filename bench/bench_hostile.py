@@ -36,7 +36,7 @@ from tests.hostproc import HostProcess  # noqa: E402
 HONEST = "127.0.0.1"
 ATTACKER = "127.0.0.2"
 PROBE_TIMEOUT = 5.0
-ALIVE = b"GET /api/v1/system/alive HTTP/1.1\r\nHost: x\r\n\r\n"
+ALIVE = b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 def _connect(port, source, stop, rcvbuf=None):
@@ -100,7 +100,7 @@ def half_body(port, source, stop):
         if s is None:
             return
         try:
-            s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 100\r\n\r\n{\"device_name\": \"xxxx")
             _wait_closed(s, stop)
         except OSError:
@@ -123,7 +123,7 @@ def never_reads(port, source, stop):
         if s is None:
             return
         try:
-            s.sendall(b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             stop.wait(2.0)  # reads nothing; the server must give up on it, not wait
         except OSError:
             pass
@@ -239,11 +239,7 @@ def http_counters(host):
 
 def run(count, seconds, layouts):
     state = tempfile.mkdtemp(prefix="bench-hostile-")
-    with open(os.path.join(ROOT, "settings.toml")) as f:
-        toml = f.read()
-    with open(os.path.join(state, "settings.toml"), "w") as f:
-        f.write(toml + "\nMETERPLUS_API_RATE_LIMIT = 1000000\n")  # the device-wide 429 would hide the server
-    host = HostProcess(state).start()
+    host = HostProcess(state, rate_limit=1000000).start()  # the device-wide 429 would hide the server
     rows = []
     try:
         for layout in layouts:
