@@ -8,6 +8,7 @@ from adafruit_ticks import ticks_add, ticks_diff, ticks_ms
 from micropython import const
 
 from core import module, tz
+from core.sockets import close_quietly
 
 _NTP_DELTA = const(2208988800)  # 1900-01-01 (NTP era 0) to 1970-01-01
 _PACKET = const(48)
@@ -221,12 +222,7 @@ class Clock(module.Module):
     # --- the SNTP exchange
 
     def _close(self):
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
+        self._sock = close_quietly(self._sock)
 
     def _next_server(self, now_ms):
         self._idx += 1

@@ -55,7 +55,7 @@ def env(tmp_path, monkeypatch):
     drive = tmp_path / "drive"
     drive.mkdir()
     shutil.copy(os.path.join(ROOT, "code.py"), drive / "code.py")
-    for d in ("core", "drivers", "meter", "services"):
+    for d in ("core", "drivers", "meter", "services", "web"):  # every application folder an update may change
         shutil.copytree(os.path.join(ROOT, d), drive / d, ignore=shutil.ignore_patterns("__pycache__"))
     (drive / "settings.json").write_text('{"device_name": "kept"}')
     (drive / "history.bin").write_bytes(b"HIST" * 100)

@@ -7,6 +7,7 @@ from adafruit_ticks import ticks_add, ticks_less
 from micropython import const
 
 from core.module import OK, WARN, Module
+from core.sockets import close_quietly
 from meter.decimal import to_str
 
 OFF = "OFF"
@@ -92,12 +93,7 @@ class CloudService(Module):
         self.conn_state = OFF
 
     def _close(self):
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
+        self._sock = close_quietly(self._sock)
         self._out = b""
         self._in = bytearray()
 

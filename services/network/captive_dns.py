@@ -5,6 +5,7 @@ import errno
 from adafruit_ticks import ticks_diff
 
 from core.module import Module
+from core.sockets import close_quietly
 from services.network.dns_wire import answer_into
 
 
@@ -82,12 +83,7 @@ class CaptiveDns(Module):
         return True
 
     def _close(self):
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
+        self._sock = close_quietly(self._sock)
 
     def stop(self):
         self._close()

@@ -7,6 +7,7 @@ from adafruit_ticks import ticks_add, ticks_less
 from micropython import const
 
 from core.url import split_url
+from core.sockets import close_quietly
 from services.ota.stream import DownloadError
 
 _EAGAIN = errno.EAGAIN
@@ -60,12 +61,7 @@ class HttpGet:
             pass
 
     def _close(self):
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
+        self._sock = close_quietly(self._sock)
 
     def cancel(self):
         """Stop and release the socket."""
