@@ -120,7 +120,8 @@ def build():
     from services.network.captive_dns import CaptiveDns
 
     app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
-                                         port=int(env("METERPLUS_DNS_PORT", 53))))
+                                         port=int(env("METERPLUS_DNS_PORT", 53)),
+                                         setup_url=env("METERPLUS_SETUP_URL", None)))
     from services.network import routes as network_routes
 
     routes.append(network_routes)

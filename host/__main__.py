@@ -245,6 +245,9 @@ def main(argv=None):
         "METERPLUS_MODBUS_PORT": str(args.modbus_port),
         "METERPLUS_BIND": args.bind,
         "METERPLUS_DNS_PORT": str(args.dns_port),
+        # The simulated access point's 192.168.4.1 does not exist here: phones' captive checks (and any client that
+        # follows the redirect) are sent to this computer's own listener instead, never onto a real network.
+        "METERPLUS_SETUP_URL": "http://%s:%d/" % (args.bind if args.bind != "0.0.0.0" else "127.0.0.1", args.http_port),
     }
     overrides.update(_start_ntp(args.ntp, args.speed))
 

@@ -49,10 +49,26 @@ def parse_body(body):
         return body
 
 
+# Test servers listen below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by default): a port
+# that bind(0) hands out is free only at that instant, and any outgoing connection on the machine (a flood test,
+# a browser) may take it as its source port before the firmware starts listening on it.
+_PORTS = (20000, 32000)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that is free for TCP and UDP on 127.0.0.1 now and that no outgoing connection will borrow."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(*_PORTS)
+        try:
+            for k in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                with socket.socket(socket.AF_INET, k) as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port in %d-%d" % _PORTS)
 
 
 class HostProcess:

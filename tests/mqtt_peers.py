@@ -11,6 +11,7 @@ import time
 
 import paho.mqtt.client as paho
 import pytest
+from tests.hostproc import free_port
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -34,10 +35,6 @@ def device_ssl():
     return sys.modules["_cp_ssl"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, timeout=10.0):

@@ -15,7 +15,9 @@ DEVICE_NAME = "meterplus-024d50000001.local"  # the host runtime's MAC 02:4d:50:
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    h = start_host(tmp_path_factory, "guards")
+    # Joined to the (simulated) home WiFi: in the factory state the captive portal would redirect unknown names.
+    h = start_host(tmp_path_factory, "guards",
+                   settings={"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}}})
     yield h
     h.stop()
 

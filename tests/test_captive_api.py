@@ -57,3 +57,10 @@ def test_probe_paths_need_no_token_when_authentication_is_on(api):
     assert api.send("GET", "/api/v1/settings")[0] == 401
     status, headers, _ = api.send("GET", "/generate_204")
     assert status == 302 and headers["location"] == "http://192.168.4.1/"
+
+
+def test_the_device_sends_phones_to_its_ap_address_and_the_host_runtime_to_itself():
+    from services.network.captive_dns import CaptiveDns
+
+    assert CaptiveDns(None, None).setup_url == "http://192.168.4.1/"
+    assert CaptiveDns(None, None, setup_url="http://127.0.0.1:8080/").setup_url == "http://127.0.0.1:8080/"

@@ -18,17 +18,12 @@ from meter.reading import Reading
 from services.modbus.server import ModbusServer, handle_frame
 from services.modbus.sunspec_map import BASE, SunSpecMap
 from tools.mpvm import MicroVM
+from tests.hostproc import free_port
 
 VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4321000, -1), "16.7.0": (-1234, 0), "36.7.0": (-500, 0),
           "14.7.0": (4998, -2)}
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Harness:

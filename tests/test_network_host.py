@@ -90,7 +90,11 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         got = wait(lambda: _captive_answer(dns_port))
         assert got == ["192.168.4.1"]
         probe = requests.get(h.url + "/generate_204", allow_redirects=False, timeout=5)
-        assert probe.status_code == 302 and probe.headers["Location"] == "http://192.168.4.1/"
+        # the device sends phones to http://192.168.4.1/; the host runtime to its own listener (never off the box)
+        assert probe.status_code == 302 and probe.headers["Location"] == h.url + "/"
+        other = requests.get(h.url + "/", headers={"Host": "connectivitycheck.gstatic.com"}, allow_redirects=False,
+                             timeout=5)
+        assert other.status_code == 302 and other.headers["Location"] == h.url + "/"
         phone = BridgePhone(ble)
         adv = wait(lambda: phone.call(op="adv")["adv"])
         ads = improv_peer.ad_structures(bytes.fromhex(adv))

@@ -19,14 +19,15 @@ class CaptiveDns(Module):
     max_per_poll = 4          # datagrams answered per poll: bounded work, and a flood cannot starve the loop
     retry_ms = 5000           # after a failed bind or out of sockets
 
-    def __init__(self, pool, wifi, host="0.0.0.0", port=53, ip="192.168.4.1"):
+    def __init__(self, pool, wifi, host="0.0.0.0", port=53, ip="192.168.4.1", setup_url=None):
         Module.__init__(self)
         self._pool = pool
         self._wifi = wifi
         self.host = host
         self.port = port
         self._ip = bytes(int(x) for x in ip.split("."))
-        self.setup_url = "http://%s/" % ip   # where the web server sends phones that ask for any other name
+        # Where the web server sends phones that ask for any other name (the host runtime passes its own address).
+        self.setup_url = setup_url or "http://%s/" % ip
         self._in = bytearray(512)    # classic DNS over UDP: 512 bytes at most
         self._out = bytearray(512)
         self._sock = None

@@ -39,7 +39,7 @@ const T = {
     r_len: 'höchstens %s Zeichen', r_bytes: 'höchstens %s Bytes', r_wpa: '8 bis 63 Bytes (WPA2)', r_int: 'ganze Zahl %s bis %s',
     r_ip: 'IPv4-Adresse wie 192.168.1.10', r_ip_zero: 'keine Host-Adresse (0.0.0.0/8)', r_ip_loop: 'Loopback-Adresse',
     r_ip_multi: 'Multicast-Adresse', r_ip_reserved: 'reservierter Bereich 240.0.0.0/4', r_ip_bcast: 'Broadcast-Adresse',
-    r_mask30: 'höchstens /30 (255.255.255.252)', r_url: 'http:// oder https:// URL', r_unicode: 'ungültiges Unicode', r_mask: 'Netzmaske wie 255.255.255.0', r_host: 'Hostname oder IPv4-Adresse',
+    r_mask30: 'höchstens /30 (255.255.255.252)', r_url: 'URL mit http oder https', r_unicode: 'ungültiges Unicode', r_mask: 'Netzmaske wie 255.255.255.0', r_host: 'Hostname oder IPv4-Adresse',
     r_ratio: '1 bis 10000 in Schritten von 0,1', r_topic: 'ohne +, # und ohne / am Ende', r_ctrl: 'keine Steuerzeichen',
     r_required: 'erforderlich', r_apPw: 'mindestens 8 Zeichen',
     f: {
@@ -93,7 +93,7 @@ const T = {
     r_len: 'at most %s characters', r_bytes: 'at most %s bytes', r_wpa: '8 to 63 bytes (WPA2)', r_int: 'integer %s to %s',
     r_ip: 'IPv4 address like 192.168.1.10', r_ip_zero: 'not a host address (0.0.0.0/8)', r_ip_loop: 'a loopback address',
     r_ip_multi: 'a multicast address', r_ip_reserved: 'reserved range 240.0.0.0/4', r_ip_bcast: 'the broadcast address',
-    r_mask30: 'at most /30 (255.255.255.252)', r_url: 'an http:// or https:// URL', r_unicode: 'invalid Unicode', r_mask: 'netmask like 255.255.255.0', r_host: 'host name or IPv4 address',
+    r_mask30: 'at most /30 (255.255.255.252)', r_url: 'an http or https URL', r_unicode: 'invalid Unicode', r_mask: 'netmask like 255.255.255.0', r_host: 'host name or IPv4 address',
     r_ratio: '1 to 10000 in steps of 0.1', r_topic: 'no +, # and no trailing /', r_ctrl: 'no control characters',
     r_required: 'required', r_apPw: 'at least 8 characters',
     f: {
