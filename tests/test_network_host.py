@@ -176,6 +176,9 @@ def test_cold_start_ap_closes_after_15_minutes_and_ha_reads_the_wifi_fields(tmp_
         assert si.get_value("wifi", "mdns_name") == "meterplus-024d50000001.local"
         assert si.get_value("wifi", "mac_address") == "02:4D:50:00:00:01"
         assert si.get_value("wifi", "rssi") == "-48" and si.get_value("wifi", "ip") == "127.0.0.1"
+        # The (section, key) pairs the integration's diagnostic sensors read (its const.py DIAGNOSTIC_SENSORS).
+        assert si.get_value("wifi", "ssid") == "HostNetwork"
+        assert si.get_value("esp", "os_version") and si.get_value("uptime", "uptime") is not None
         # 15 simulated minutes are 7.5 s here; nobody joined the AP.
         wait(lambda: info(h)["ap"]["active"] is False, timeout=30)
         assert info(h)["wifi"]["connected"] is True
