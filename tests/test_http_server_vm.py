@@ -101,6 +101,7 @@ def dispatch(request):
 
 pool = FakePool()
 srv = HardenedServer(pool, dispatch, ticks=lambda: T[0])
+srv.drain_ms = 250  # the scripted timeline below was written for a 250 ms drain; the paths are what is tested
 srv.start("0.0.0.0", 80)
 
 def serve(script, polls=6, advance=0):

@@ -311,7 +311,8 @@ class HardenedServer(Server):
     accept_per_poll = 64       # newcomers accepted and judged per poll
     recv_deadline_ms = 250     # the whole request (head and body) must arrive within this after accept
     send_deadline_ms = 10000   # the whole answer must be taken by the client within this
-    drain_ms = 250             # after an early answer (413, 431, 400), discard input this long before closing
+    drain_ms = 1000            # after an early answer (413, 431, 400), discard input this long before closing;
+    #                            a client still sending its body when we close would get a reset instead of the answer
     stall_ms = 100             # receiving or draining without a byte this long: stalled (a newcomer may take the slot)
     answer_stall_ms = 300      # an answer the client took no byte of this long: stalled
     send_stall_ms = 1000       # a client that takes no byte of its answer this long is dropped
