@@ -1,4 +1,4 @@
-"""The project carries its own test data: a clone with no ../shared beside it passes (issue 9)."""
+"""The project carries its own test data: a clone with no sibling folders passes (issue 9)."""
 
 import os
 import re
