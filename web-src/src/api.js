@@ -70,8 +70,12 @@ export async function api(path, opts = {}) {
       data = null;
     }
     if (r.ok) return data;
+    const refused = r.status === 401 || (r.status === 403 && /token/i.test((data && data.error) || ''));
+    // Sent with a token the user has replaced meanwhile (a poll in flight while they signed in): ask again with
+    // the current one instead of prompting for a token that was already given.
+    if (refused && getToken() !== t && attempt < 2) continue;
     // A 403 for a READ token asks for the WRITE token; other refusals (e.g. a cross-site check) are only shown.
-    if (r.status === 401 || (r.status === 403 && /token/i.test((data && data.error) || ''))) emit('auth', r.status);
+    if (refused) emit('auth', r.status);
     throw new ApiError(r.status, data);
   }
 }
