@@ -3,7 +3,6 @@ the alive reserve, Retry-After, recovery across the tick wrap), the Host rule (D
 for state changes (CSRF) and the absence of CORS headers."""
 
 import json
-import socket
 
 import pytest
 import socketpool
@@ -18,6 +17,7 @@ from services.api import routes_auth
 from services.api.auth import Tokens
 from services.api.origin import cross_site, device_names, host_allowed
 from services.api.service import HttpApi
+from tests.inproc import exchange, server_port, split_answer
 from tests.steppedclock import SteppedClock
 
 DEVICE_ID = "024d50000001"
@@ -59,7 +59,7 @@ class Api:
         self.api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, rate_limit=rate_limit,
                            route_modules=[self.fake, routes_auth], ticks=self.clock)
         self.api.start()
-        self.port = self.api._server._sock._sock.getsockname()[1]
+        self.port = server_port(self.api)
         self.host = "127.0.0.1:%d" % self.port
 
     def poll(self):
@@ -73,27 +73,8 @@ class Api:
             self.poll()
 
     def raw(self, data):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
-        s.sendall(data)
-        s.settimeout(0.02)
-        out = b""
-        for _ in range(200):
-            self.poll()
-            try:
-                got = s.recv(65536)
-            except socket.timeout:
-                continue
-            if not got:
-                break
-            out += got
-        s.close()
-        head, _, body = out.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            headers[k.strip().lower()] = v.strip()
-        return int(lines[0][9:12]), headers, json.loads(body) if body else None
+        status, headers, body = split_answer(exchange(self.port, data, self.poll, polls=200))
+        return status, headers, json.loads(body) if body else None
 
     def send(self, method, path, headers=None, body=b"", host=True):
         lines = ["%s %s HTTP/1.1" % (method, path)]

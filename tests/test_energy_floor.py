@@ -2,22 +2,19 @@
 total, checked directly, through GET /history/latest with aio-wattwaechter, and shared with the MQTT service."""
 
 import asyncio
-import threading
 
 import pytest
 from adafruit_ticks import ticks_ms
 from aio_wattwaechter import Wattwaechter
 
-import socketpool
 from core.app import App
 from core.bus import Bus
 from core.log import Log
 from core.settings import Settings
 from meter.reading import Reading
-from services.api.service import HttpApi
 from services.history import routes as routes_history
 from services.metering.energy_floor import EnergyFloor
-from tests.hostproc import free_port
+from tests.inproc import api_in_thread
 
 
 def test_floor_rule():
@@ -41,22 +38,8 @@ def served():
     bus = Bus()
     app = App(bus, Settings(), Log(capacity=16))
     app.energy_floor = EnergyFloor()
-    port = free_port()
-    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=port, route_modules=[routes_history],
-                  rate_limit=100000)
-    api.start()
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            api.poll(ticks_ms())
-
-    th = threading.Thread(target=loop, daemon=True)
-    th.start()
-    yield app, port
-    stop.set()
-    th.join(5)
-    api.stop()
+    with api_in_thread(app, [routes_history]) as port:
+        yield app, port
 
 
 def meter_data(port):

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import threading
 
 import pytest
 import requests
@@ -11,14 +10,12 @@ from aio_wattwaechter import Wattwaechter
 from aio_wattwaechter.exceptions import WattwaechterBadRequestError
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-import socketpool
 from core.app import App
 from core.log import Log
 from core.tz import days_from_civil
 from services.history import routes as routes_history
-from services.api.service import HttpApi
 from tests.history_fakes import reading
-from tests.hostproc import free_port
+from tests.inproc import api_in_thread
 from tests.test_history_service import Sim, berlin_midnight
 
 DAY1 = days_from_civil(2026, 10, 24)   # the day before the autumn DST change
@@ -38,22 +35,8 @@ def served(tmp_path_factory):
     app.clock = sim.clock
     app.history = sim.h
     app.mem_free = lambda: 1_000_000
-    port = free_port()
-    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=port, route_modules=[routes_history],
-                  rate_limit=100000)
-    api.start()
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            api.poll(ticks_ms())
-
-    th = threading.Thread(target=loop, daemon=True)
-    th.start()
-    yield sim, "http://127.0.0.1:%d" % port, port
-    stop.set()
-    th.join(5)
-    api.stop()
+    with api_in_thread(app, [routes_history]) as port:
+        yield sim, "http://127.0.0.1:%d" % port, port
     os.chdir(old)
 
 

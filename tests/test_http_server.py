@@ -17,6 +17,7 @@ from services.api import routes_settings
 from services.api.auth import Tokens
 from services.api.service import HttpApi, RateLimiter, required_level
 from services.api.server import HardenedServer
+from tests.inproc import exchange, read_until_closed, server_port
 from tests.steppedclock import SteppedClock
 
 
@@ -53,19 +54,8 @@ class Harness:
 
 
 def read_all(s, h, polls=40):
-    s.settimeout(0.05)
-    out = b""
-    for _ in range(polls):
-        h.poll(1)
-        try:
-            got = s.recv(65536)
-        except socket.timeout:
-            continue
-        if not got:
-            break
-        out += got
-    s.close()
-    return out
+    """The whole answer on s, polling the harness between reads."""
+    return read_until_closed(s, lambda: h.poll(1), polls, wait=0.05)
 
 
 @pytest.fixture
@@ -477,24 +467,10 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
     api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=[routes_settings])
     api.start()
     try:
-        port = api._server._sock._sock.getsockname()[1]
-        s = socket.create_connection(("127.0.0.1", port), timeout=2)
         body = json.dumps({"ledEnable": False, "medianFilterSize": 0, "ctRatio": 2.5}).encode()
-        s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        s.settimeout(0.05)
-        answer = b""
-        for _ in range(60):
-            api.poll(0)
-            time.sleep(0.005)
-            try:
-                got = s.recv(65536)
-            except socket.timeout:
-                continue
-            if not got:
-                break
-            answer += got
-        s.close()
+        answer = exchange(server_port(api), b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
+                          lambda: api.poll(0), polls=60, wait=0.05)
         assert answer.startswith(b"HTTP/1.1 200")
         assert ring.pop() == ["ledEnable", "medianFilterSize", "ctRatio"] and ring.pop() is None
         assert app.led.enabled is False

@@ -2,8 +2,6 @@
 header lines split on CRLF only, Name:value, no space before the colon, conflicting Content-Length, Bearer
 with several spaces or a tab, ASCII digits wherever a number comes from the request."""
 
-import socket
-import time
 
 import pytest
 import socketpool
@@ -20,6 +18,7 @@ from services.api.server import (
 )
 from services.api.service import HttpApi
 from services.history.routes import BadRequest, parse_date, parse_days
+from tests.inproc import exchange as raw_exchange, server_port, split_answer
 from tests.steppedclock import SteppedClock
 
 # Every character CPython's str.splitlines() takes as a line end besides CR and LF, as UTF-8 bytes.
@@ -44,25 +43,12 @@ def echo():
 
 def exchange(server, data):
     """Send raw bytes, poll until the server closes; (status, body bytes)."""
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=2)
-    s.sendall(data)
-    s.settimeout(0.02)
-    out = b""
-    for _ in range(100):
+    def poll():
         server.poll()
         server.clock.advance(10)  # lets the drain after an early 400 end
-        try:
-            got = s.recv(65536)
-        except socket.timeout:
-            continue
-        except ConnectionResetError:
-            break
-        if not got:
-            break
-        out += got
-    s.close()
-    status = int(out[9:12]) if out.startswith(b"HTTP/1.1 ") else 0
-    return status, out.partition(b"\r\n\r\n")[2]
+
+    status, _, body = split_answer(raw_exchange(server.port, data, poll))
+    return status, body
 
 
 # --- header lines ---
@@ -200,23 +186,7 @@ class _App:
 
 
 def _api_exchange(api, data):
-    port = api._server._sock._sock.getsockname()[1]
-    s = socket.create_connection(("127.0.0.1", port), timeout=2)
-    s.sendall(data)
-    s.settimeout(0.02)
-    out = b""
-    for _ in range(100):
-        api.poll(0)
-        try:
-            got = s.recv(65536)
-        except socket.timeout:
-            time.sleep(0.002)
-            continue
-        if not got:
-            break
-        out += got
-    s.close()
-    return int(out[9:12]) if out.startswith(b"HTTP/1.1 ") else 0
+    return split_answer(raw_exchange(server_port(api), data, lambda: api.poll(0)))[0]
 
 
 class _Routes:

@@ -3,8 +3,6 @@ unusable IPv4 addressing and a private key as the MQTT CA answer 400 with the re
 
 import json
 import os
-import socket
-import time
 
 import pytest
 import socketpool
@@ -18,6 +16,7 @@ from services.api.auth import Tokens
 from services.api.service import HttpApi
 from services.mqtt import routes as mqtt_routes
 from services.mqtt.ca_store import CaStore
+from tests.inproc import exchange, server_port, split_answer
 
 
 class _Mqtt:
@@ -51,25 +50,11 @@ def api(tmp_path):
 
 def call(api, path, body, ctype="application/json"):
     """(status, JSON answer) of a POST with the raw body bytes."""
-    port = api._server._sock._sock.getsockname()[1]
-    s = socket.create_connection(("127.0.0.1", port), timeout=2)
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-              % (path.encode(), ctype.encode(), len(body)) + body)
-    s.settimeout(0.05)
-    answer = b""
-    for _ in range(100):
-        api.poll(0)
-        time.sleep(0.005)
-        try:
-            got = s.recv(65536)
-        except socket.timeout:
-            continue
-        if not got:
-            break
-        answer += got
-    s.close()
-    head, _, payload = answer.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(payload)
+    raw = exchange(server_port(api), b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
+                   b"Content-Length: %d\r\n\r\n" % (path.encode(), ctype.encode(), len(body)) + body,
+                   lambda: api.poll(0), wait=0.05)
+    status, _, payload = split_answer(raw)
+    return status, json.loads(payload)
 
 
 @pytest.mark.parametrize("body,key", [
