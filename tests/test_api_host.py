@@ -203,7 +203,7 @@ def test_settings_post_answer_and_persistence(host):
     with open(os.path.join(host.state, "settings.json")) as f:
         stored = json.load(f)
     assert stored["device_name"] == "Keller" and stored["wifi"]["primary"]["password"] == "newpassword1"
-    assert not os.path.exists(os.path.join(host.state, "settings.json.tmp"))
+    assert not os.path.exists(os.path.join(host.state, "settings.json.new"))
     post(host, "/api/v1/settings", {"ledEnable": True})
 
 

@@ -56,12 +56,16 @@ def test_short_press_flushes_and_opens_ble_window(tmp_path):
 def test_factory_reset_shows_red_wipes_settings_keeps_history_then_restarts(tmp_path):
     f = Flushable()
     lc, bus, led, resets, paths, history = make(tmp_path, [f])
+    # the copies a cut save leaves (core/durable_file.py): a left .new would bring the settings back
+    copies = [p + suffix for p in paths for suffix in (".new", ".tmp", ".bak")]
+    for c in copies:
+        open(c, "w").write("{}")
     clock = SteppedClock()
     bus.publish("event", ("button", "reset"))
     lc.poll(clock())
     assert led.current() == "RESET_PENDING"
     assert f.flushes == 1
-    assert not any(os.path.exists(p) for p in paths)
+    assert not any(os.path.exists(p) for p in paths + copies)
     assert history.read_bytes() == b"records"
     clock.advance(1000)
     lc.poll(clock())

@@ -78,22 +78,34 @@ def test_interrupted_writes_leave_a_readable_file(tmp_path, ca_pem, certs):
     path = str(tmp_path / "mqtt_ca.pem")
     old = mqtt_ca.CaStore(path).save(ca_pem)
     new = mqtt_ca.validate(open(certs["server.crt"]).read())
-    # Cut while writing the tmp: the old file stays, the partial tmp is thrown away.
-    open(path + ".tmp", "w").write(new[:100])
-    s = mqtt_ca.CaStore(path)
-    s.recover()
-    assert s.pem() == old and not os.path.exists(path + ".tmp")
-    # Cut after the old file was removed: the complete tmp becomes the file.
+    # Cut while writing .new: the old file stays.
+    open(path + ".new", "w").write(new[:100])
+    assert mqtt_ca.CaStore(path).pem() == old
+    # Cut while rewriting the file in place (emptied or torn): the complete .new is the upload.
+    open(path + ".new", "w").write(new)
+    for torn in ("", old[:500]):
+        open(path, "w").write(torn)
+        assert mqtt_ca.CaStore(path).pem() == new
+    # An older firmware's rename scheme, cut between its remove and its rename: its complete .tmp is read.
+    os.remove(path + ".new")
     os.remove(path)
-    open(path + ".tmp", "w").write(new)
-    s = mqtt_ca.CaStore(path)
-    s.recover()
-    assert s.pem() == new and not os.path.exists(path + ".tmp")
-    # Cut before the old one was removed: the complete tmp is the newer upload and wins.
     open(path + ".tmp", "w").write(old)
     s = mqtt_ca.CaStore(path)
-    s.recover()
     assert s.pem() == old
+    # The next upload works from any of these, and a delete removes every name.
+    assert s.save(new) == new and mqtt_ca.CaStore(path).pem() == new
+    assert s.delete() is True and os.listdir(tmp_path) == []
+
+
+def test_store_never_renames(tmp_path, ca_pem, monkeypatch):
+    def no_rename(a, b):
+        raise AssertionError("rename %s -> %s" % (a, b))
+
+    monkeypatch.setattr(os, "rename", no_rename)
+    store = mqtt_ca.CaStore(str(tmp_path / "mqtt_ca.pem"))
+    store.save(ca_pem)
+    store.save(ca_pem)
+    assert os.listdir(tmp_path) == ["mqtt_ca.pem"]
 
 
 def test_damaged_file_means_no_custom_ca(tmp_path):

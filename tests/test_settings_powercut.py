@@ -1,7 +1,6 @@
 """Settings writes cut by SIGKILL of the host runtime at random moments: after every restart the document is the
 old or the new one, never broken, and the next write works."""
 
-import json
 import os
 import random
 import threading
@@ -10,6 +9,7 @@ import time
 import pytest
 import requests
 
+from core.json_store import read_json_file
 from tests.test_api_harness import start_host
 
 pytestmark = pytest.mark.slow
@@ -48,8 +48,9 @@ def test_settings_survive_kills_during_writes(tmp_path_factory):
             in_flight = names[len(posted)]
             allowed = {posted[-1], in_flight} if posted else {before, in_flight}
             assert got in allowed, (round_, got, posted[-3:])
-            with open(os.path.join(h.state, "settings.json")) as f:
-                assert json.load(f)["device_name"] == got
+            # the drive agrees: the stored document (settings.json, or the complete settings.json.new of a save
+            # cut before it rewrote settings.json) is the one the device read
+            assert read_json_file(os.path.join(h.state, "settings.json"))["device_name"] == got
             assert requests.post(h.url + "/api/v1/settings", json={"device_name": "after%d" % round_},
                                  timeout=5).status_code == 200
     finally:

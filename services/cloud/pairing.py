@@ -1,7 +1,6 @@
 """The cloud pairing: the token the app hands over, kept only as a SHA-256 (never stored or echoed in clear)."""
 
-from core.files import remove_quiet
-from core.json_store import read_json_file, write_atomic
+from core.json_store import read_json_file, remove_document, write_atomic
 from services.ota.stream import hex_digest, new_sha256
 
 PREFIX = b"meterplus-pair:"   # domain separation: the cloud computes the same from the token it issued
@@ -52,7 +51,6 @@ class Pairing:
         self.changes += 1
 
     def unpair(self):
-        for suffix in ("", ".tmp", ".bak"):
-            remove_quiet(self.path + suffix)
+        remove_document(self.path)
         self.token_sha256 = None
         self.changes += 1

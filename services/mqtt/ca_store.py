@@ -1,10 +1,10 @@
 """The custom MQTT CA certificate: validation of one PEM certificate and its crash-safe file on the drive."""
 
 import binascii
-import os
 
 from micropython import const
-from core.files import exists as _exists, remove_quiet as _remove
+from core.durable_file import read_text, remove_all, write_text
+from core.files import exists as _exists
 from services.mqtt.der import DerError, PrivateKeyError, check_certificate
 
 PATH = "mqtt_ca.pem"
@@ -70,61 +70,27 @@ def validate(text):
     return "\n".join(lines) + "\n"
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read(MAX_BYTES + 1)
-    except OSError:
-        return None
-
-
-# No os.replace, and FAT refuses to rename onto an existing file, so a write is: tmp written and closed, old
-# removed, tmp renamed. A power cut leaves the old file, or only a complete tmp (recover() renames it), or a
-# partial tmp beside the old file (recover() deletes it). recover() runs at start, before any factory reset.
 class CaStore:
-    """The stored certificate at path (relative to the drive root); writes go through path + ".tmp"."""
+    """The stored certificate at path (relative to the drive root), written without a rename (core/durable_file.py):
+    a power cut leaves the old or the new certificate, and never two names on one cluster chain."""
 
     def __init__(self, path=PATH):
         self.path = path
-        self.tmp = path + ".tmp"
         self._pem = None
-        self._loaded = False
-
-    def recover(self):
-        """Finish or undo an interrupted write (run once at start)."""
-        if not _exists(self.tmp):
-            return
-        text = _read(self.tmp)
-        try:
-            validate(text)
-            ok = True
-        except ValueError:
-            ok = False
-        if ok:
-            _remove(self.path)
-            os.rename(self.tmp, self.path)
-        else:
-            _remove(self.tmp)
         self._loaded = False
 
     def pem(self):
         """The stored PEM text, or None (read once and kept: CircuitPython's ssl keeps only a reference)."""
         if not self._loaded:
-            text = _read(self.path)
-            try:
-                self._pem = validate(text) if text is not None else None
-            except ValueError:
-                self._pem = None  # a damaged file must not break TLS with the built-in bundle
+            # a damaged or torn file must not break TLS with the built-in bundle: it reads as none
+            self._pem = read_text(self.path, validate, MAX_BYTES + 1)
             self._loaded = True
         return self._pem
 
     def save(self, text):
         """Validate and store; returns the stored PEM text. Raises CertError/TooLarge and changes nothing then."""
         pem = validate(text)
-        with open(self.tmp, "w") as f:
-            f.write(pem)
-        _remove(self.path)
-        os.rename(self.tmp, self.path)
+        write_text(self.path, pem)
         self._pem = pem
         self._loaded = True
         return pem
@@ -132,8 +98,7 @@ class CaStore:
     def delete(self):
         """Remove the stored certificate; False when there was none."""
         had = self.pem() is not None or _exists(self.path)
-        _remove(self.path)
-        _remove(self.tmp)
+        remove_all(self.path)
         self._pem = None
         self._loaded = True
         return had

@@ -151,8 +151,6 @@ class MqttService(Module):
         if mc.VERSION != mc.PINNED_VERSION:
             self.count("minimqtt_version_mismatch")
             self._note("warning", "adafruit_minimqtt %s, tested with %s", mc.VERSION, mc.PINNED_VERSION)
-        if self.ca is not None:
-            self.ca.recover()
         self._configure(self._now)
 
     def stop(self):

@@ -1,9 +1,8 @@
 """Orderly restarts: reboot on request, factory reset on the 10 s button hold, flush on a short press."""
 
-import os
-
 from adafruit_ticks import ticks_add, ticks_less
 
+from core.durable_file import remove_all
 from core.module import Module
 
 
@@ -56,10 +55,7 @@ class Lifecycle(Module):
         self._led.set("RESET_PENDING")
         self.flush_all("factory reset")
         for path in self.wipe_paths:
-            try:
-                os.remove(path)
-            except OSError:
-                pass  # already absent
+            remove_all(path)  # with the copies a write may have left (core/durable_file.py)
         self.pending = "factory_reset"
         self._restart_at = ticks_add(self._now, self.reset_delay_ms)
         if self._log is not None:

@@ -1,0 +1,70 @@
+"""One text document per file that a power cut at any point leaves old or new, written without a rename.
+
+Why no rename: FatFs renames by writing the new directory entry first and deleting the old one after, often in
+another 512-byte block. A cut between the two leaves two names on one cluster chain, and freeing either name later
+(a remove, or an open for writing) frees clusters the other still uses: the next file to grow overwrites them.
+tests/test_json_store_power_cut.py replays every block write into ChaN's FatFs; the rename scheme this replaces
+ended cross-linked there. Rewriting a file in place is safe in FatFs's order: its entry is cleared before its
+clusters are freed, and its size is set only after its data is written, so a reader finds it empty, old, or new.
+"""
+
+import os
+
+from core.files import remove_quiet
+
+NEW = ".new"
+# Names older firmware wrote through renames. Only read, never freed except by remove_all(): after a cut they may
+# share clusters with the document itself.
+LEGACY = (".tmp", ".bak")
+
+
+def names(path):
+    """Where the document may be, in the order a reader tries them: a complete path.new is the newest."""
+    return (path + NEW, path) + tuple(path + s for s in LEGACY)
+
+
+def _sync():
+    """Push written data to the flash where the platform can (CircuitPython's os.sync)."""
+    try:
+        os.sync()
+    except (AttributeError, OSError):
+        pass
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+    _sync()
+
+
+def write_text(path, text):
+    """Store text at path: write path.new completely, rewrite path in place, remove path.new.
+
+    While path is being rewritten, path.new holds the whole new text, and read_text() prefers it.
+    """
+    _write(path + NEW, text)
+    _write(path, text)
+    remove_quiet(path + NEW)
+    _sync()
+
+
+def read_text(path, parse, limit=-1):
+    """parse(text) of the first of names(path) that reads and parses (ValueError: torn, empty), or None."""
+    for name in names(path):
+        try:
+            with open(name) as f:
+                text = f.read(limit)
+        except (OSError, UnicodeError):
+            continue
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return None
+
+
+def remove_all(path):
+    """Remove the document under every name (path.new first: a cut part way never brings back a newer one)."""
+    for name in names(path):
+        remove_quiet(name)
