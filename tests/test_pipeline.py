@@ -6,6 +6,7 @@ import os
 from core.bus import Bus
 from core.settings import Settings
 from drivers.ir_head import IrHead
+from core.supervisor import Supervisor
 from drivers.status_led import StatusLed
 from meter import sml_encode as enc
 from services.metering.pipeline import MeterPipeline, parse_ct, parse_median
@@ -196,6 +197,29 @@ def test_stale_after_10_s_publishes_none_and_sets_led_error():
     rig.send(telegram(1001, 200))
     assert not rig.pipe.stale and not rig.led.is_active("ERROR")
     assert rig.bus.latest("reading").values["16.7.0"] == (200, 0)
+
+
+def test_a_pipeline_the_supervisor_stops_or_gives_up_leaves_no_reading_behind():
+    rig = Rig(medianFilterSize=0)
+    rig.send(telegram(1000, 200))
+    assert rig.bus.latest("reading") is not None
+    sup = Supervisor(rig.clock)
+    sup.add(rig.pipe)
+
+    def broken(now_ms):
+        raise RuntimeError("pipeline bug")
+
+    rig.pipe.poll = broken
+    sup.step()
+    assert rig.bus.latest("reading") is None and rig.pipe.state == "WARN"
+    rig.pipe.start = lambda: rig.bus.publish("reading", "restarted")  # a restart must be cleared again
+    for _ in range(sup.max_restarts + 1):
+        rig.clock.advance(sup.backoff_max_ms)
+        sup.step()
+    assert rig.pipe.state == "FAILED" and rig.bus.latest("reading") is None
+    # every reader's age check wraps after 2**29 ms; the reading is gone, not merely old
+    rig.clock.advance(1 << 29)
+    assert rig.bus.latest("reading") is None
 
 
 def test_crc_errors_do_not_keep_the_meter_fresh():

@@ -125,6 +125,11 @@ class MeterPipeline(Module):
         if self._health_ms is None or ticks_diff(now_ms, self._health_ms) >= self.HEALTH_EVERY_MS:
             self._publish_health(now_ms)
 
+    def stop(self):
+        """Take the last reading off the bus: the supervisor stops a faulting pipeline and may give it up, and a
+        reading left behind would look recent again to every reader's age check once the ticks wrap (6.2 days)."""
+        self.bus.publish("reading", None)
+
     def _go_stale(self, now_ms):
         self.stale = True
         self.state = WARN
