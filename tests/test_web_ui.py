@@ -508,6 +508,15 @@ def test_token_rotation_then_authentication_on(browser, secured, shots):
 
 # --- rate limit, two tabs ---
 
+def _wait_on_page(page, predicate, timeout_s, what):
+    """Wait until predicate() holds on what the page's event handlers collected. Playwright's sync API hands events
+    to Python handlers only while a Playwright call runs, so the wait must be one (wait_for_timeout), not sleep."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        page.wait_for_timeout(200)
+
+
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
     """The device's real limit: 25 requests in 10 s for all clients together."""
@@ -536,7 +545,7 @@ def test_a_429_is_survived_and_two_tabs_share_the_budget(browser, limited, shots
     # It waits Retry-After (the banner counts down) and then carries on by itself.
     page.locator("[data-test=busy]").wait_for(state="detached", timeout=20000)
     page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
-    limited.wait_for(lambda: any(st == 200 for st, _ in statuses[refused:]), timeout=20)
+    _wait_on_page(page, lambda: any(st == 200 for st, _ in statuses[refused:]), 20, statuses)
     assert sum(st == 429 for st, _ in statuses) <= 2   # no hammering while it waits (latest and info may both meet it)
     # Two tabs polling side by side for 25 s: neither is refused.
     time.sleep(10.5)
