@@ -71,6 +71,13 @@ def free_port():
     raise RuntimeError("no free port in %d-%d" % _PORTS)
 
 
+def _ctrl_c_as_in_a_terminal():
+    """Start the runtime with SIGINT at its default, as `make run` in a terminal has it. A test run started as a
+    background job of a script inherits SIGINT ignored, and Python then never turns SIGINT into KeyboardInterrupt,
+    so the Ctrl-C test would wait in vain."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class HostProcess:
     """A running firmware on the host runtime: .url, .get(path), .stop(); the drive is .state."""
 
@@ -93,7 +100,7 @@ class HostProcess:
     def start(self, timeout=60):
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "host", *self.args], cwd=ROOT,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+                                     stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_ctrl_c_as_in_a_terminal)
         self.wait_alive(timeout)
         return self
 
