@@ -41,8 +41,6 @@ from services.mqtt import service as m  # noqa: E402
 from services.mqtt.ca_store import CaStore  # noqa: E402
 from tests.mqtt_peers import Broker, device_ssl, full_backlog_listener, make_ca  # noqa: E402
 
-IMPLS = (("minimqtt", m),)
-
 DEV = "024d50000001"
 
 
@@ -370,33 +368,27 @@ def main():
     certs = make_ca(os.path.join(tmp, "ca"))
     ca_pem = open(certs["ca.crt"]).read()
     broker = Broker(os.path.join(tmp, "broker"), tls=certs).start()
-    runs = {name: [] for name, _impl in IMPLS}
+    runs = []   # one list of scenario rows per repeat
     try:
         for _ in range(args.repeat):
-            for name, impl in IMPLS:
-                runs[name].append(all_scenarios(impl, tmp, secs, broker, ca_pem))
+            runs.append(all_scenarios(m, tmp, secs, broker, ca_pem))
         steps = step_costs(broker, ca_pem)
         mm_rows = [] if args.skip_minimqtt else minimqtt_figures(broker)
     finally:
         broker.stop()
     print("MqttService poll() stalls, %.0f s per scenario, %d runs each, host CPython %s"
           % (secs, args.repeat, sys.version.split()[0]))
-    for name, _impl in IMPLS:
-        for rows in runs[name]:
-            print("[%s]" % name)
-            print("%-50s %9s %9s %9s %7s %8s %8s %-10s %s" % ("scenario", "sup_worst", "worst_ms", "p99_ms", "polls",
-                                                               "connects", "failures", "state", "last_error"))
-            for r in rows:
-                print("%-50s %9d %9.2f %9.3f %7d %8d %8d %-10s %s" % r)
+    for rows in runs:
+        print("%-50s %9s %9s %9s %7s %8s %8s %-10s %s" % ("scenario", "sup_worst", "worst_ms", "p99_ms", "polls",
+                                                           "connects", "failures", "state", "last_error"))
+        for r in rows:
+            print("%-50s %9d %9.2f %9.3f %7d %8d %8d %-10s %s" % r)
     print("\nworst poll per run (ms), smallest first: minimqtt client")
     summary = []
-    first = runs[IMPLS[0][0]][0]
-    for i, r in enumerate(first):
-        cols = []
-        for name, _impl in IMPLS:
-            cols.append("  ".join("%.2f" % w for w in sorted(run[i][2] for run in runs[name])))
-        print("  %-50s %s" % (r[0], cols[0]))
-        summary.append(max(run[i][2] for run in runs[IMPLS[0][0]]) if "TLS" not in r[0] else 0)
+    for i, r in enumerate(runs[0]):
+        worst = [run[i][2] for run in runs]
+        print("  %-50s %s" % (r[0], "  ".join("%.2f" % w for w in sorted(worst))))
+        summary.append(max(worst) if "TLS" not in r[0] else 0)
     print("\nconnect steps of the minimqtt client, one at a time (ms):")
     for label, ms in steps:
         print("  %-70s %8.2f" % (label, ms))

@@ -2,7 +2,7 @@
 
 import json
 
-from core.durable_file import read_text, remove_all, write_text
+from core.durable_file import read_text, write_text
 
 
 def write_atomic(path, obj):
@@ -13,8 +13,3 @@ def write_atomic(path, obj):
 def read_json_file(path):
     """The stored document (recovered from an interrupted write_atomic if needed); None when there is none."""
     return read_text(path, json.loads)  # ValueError: empty, torn, no JSON
-
-
-def remove_document(path):
-    """Remove the stored document under every name it may have."""
-    remove_all(path)

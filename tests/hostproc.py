@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -57,8 +58,6 @@ _PORTS = (20000, 32000)
 
 def free_port():
     """A port that is free for TCP and UDP on 127.0.0.1 now and that no outgoing connection will borrow."""
-    import random
-
     for _ in range(200):
         port = random.randrange(*_PORTS)
         try:

@@ -35,8 +35,6 @@ def device_ssl():
     return sys.modules["_cp_ssl"]
 
 
-
-
 def wait_port(port, timeout=10.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -101,7 +101,6 @@ def dispatch(request):
 
 pool = FakePool()
 srv = HardenedServer(pool, dispatch, ticks=lambda: T[0])
-srv.drain_ms = 250  # the scripted timeline below was written for a 250 ms drain; the paths are what is tested
 srv.start("0.0.0.0", 80)
 
 def serve(script, polls=6, advance=0):
@@ -126,15 +125,16 @@ show("timeout", serve([b"GET /hi HTTP/1.1\r\n"], polls=4, advance=100))
 show("closed", serve([b"GET /h", "close"]))
 show("stream", serve([b"GET /s HTTP/1.1\r\n\r\n"]))
 show("boom", serve([b"GET /boom HTTP/1.1\r\n\r\n"]))
-show("big", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 99999\r\n\r\n"], polls=6, advance=100))
+# An early answer (413, 400) drains the input for drain_ms (1 s) before closing: six polls 250 ms apart outlast it.
+show("big", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 99999\r\n\r\n"], polls=6, advance=250))
 show("badjson", serve([b"POST /hi HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n{"]))
-show("garbage", serve([b"\x01\x02\r\n\r\n"], advance=100))
+show("garbage", serve([b"\x01\x02\r\n\r\n"], advance=250))
 show("http10", serve([b"GET /hi HTTP/1.0\r\n\r\n"]))
 print("open", srv.connections(), sorted(srv.counters.items()))
 show("nospace", serve([b"GET /hi?q=1 HTTP/1.1\r\nHost:x\r\nX-A:\x0bTransfer-Encoding: chunked\r\n\r\n"]))
-show("dupcl", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"], advance=100))
-show("digits", serve([b"POST /hi HTTP/1.1\r\nContent-Length: \xd9\xa2\r\n\r\n{}"], advance=100))
-show("spacecolon", serve([b"GET /hi HTTP/1.1\r\nHost : x\r\n\r\n"], advance=100))
+show("dupcl", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"], advance=250))
+show("digits", serve([b"POST /hi HTTP/1.1\r\nContent-Length: \xd9\xa2\r\n\r\n{}"], advance=250))
+show("spacecolon", serve([b"GET /hi HTTP/1.1\r\nHost : x\r\n\r\n"], advance=250))
 # Shedding: two slow clients hold both slots; three more wait with nothing to say, then an honest one.
 held = [serve([b"GET /hi HTTP/1.1\r\n"], polls=1) for _ in range(2)]
 idle = []

@@ -5,6 +5,7 @@ next save leaves no cluster owned by two files (a cross-link would let a later w
 The cut model: a 512-byte block is written whole or not at all; a cut falls between any two blocks, also inside one
 multi-block disk write. (A cut inside the erase of a 4 KB NOR sector is the platform's risk, for every file.)"""
 
+import json
 import struct
 
 import pytest
@@ -189,7 +190,7 @@ def _rename_scheme(path, obj):
     fos = _FatOs()
     tmp, bak = path + ".tmp", path + ".bak"
     with _File(tmp, "w") as f:
-        f.write(json_store.json.dumps(obj))
+        f.write(json.dumps(obj))
         f.flush()
     _remove(fos, bak)
     if _exists(fos, path):

@@ -24,8 +24,6 @@ VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4321000, -1), "16.7.0": (-1234, 0)
           "14.7.0": (4998, -2)}
 
 
-
-
 class Harness:
     """The server polled in a thread as the supervisor would; the clock can be pushed forward."""
 

@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from core import durable_file, json_store as store
+from core import durable_file
 from core import settings as S
 from core.json_store import read_json_file, write_atomic
 from core.settings import Settings, SettingsError
+from tools.mpvm import MicroVM
 
 ZONES = {"Europe/Berlin", "Europe/London", "UTC"}
 
@@ -282,6 +283,28 @@ def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
     assert read_json_file(path) == {"v": "next"}
 
 
+@pytest.mark.parametrize("garbage", [b"", b"\xff\xfe{}", b"\x00" * 64, b'{"v": '])
+def test_an_empty_binary_or_torn_file_reads_as_absent_and_the_next_name_is_tried(tmp_path, garbage):
+    path = str(tmp_path / "s.json")
+    for name in (path + ".new", path):
+        with open(name, "wb") as f:
+            f.write(garbage)
+    assert read_json_file(path) is None
+    with open(path + ".bak", "w") as f:
+        f.write('{"v": "old"}')
+    assert read_json_file(path) == {"v": "old"}
+
+
+def test_the_same_fallback_inside_micropython(tmp_path):
+    """MicroPython reads invalid UTF-8 without an error (json.loads refuses it): the same names are skipped there."""
+    files = {"s.json.new": b"\xff\xfe{}", "s.json": b"", "s.json.bak": b'{"v": "old"}'}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with MicroVM(packages=("core",), extra_files=[(str(tmp_path / n), n) for n in files]) as vm:
+        out, _fuel = vm.run("from core.json_store import read_json_file\nprint(read_json_file('/input/s.json'))\n")
+    assert out.strip() == "{'v': 'old'}"
+
+
 def test_write_atomic_never_renames(tmp_path, monkeypatch):
     """A FAT rename can leave two names on one cluster chain after a cut (tests/test_json_store_power_cut.py)."""
     def no_rename(a, b):
@@ -308,5 +331,5 @@ def test_documents_an_older_firmware_left_half_renamed_are_read(tmp_path, left):
     assert read_json_file(path) == (left.get(".tmp") or left[".bak"])
     write_atomic(path, {"v": "next"})
     assert read_json_file(path) == {"v": "next"}
-    store.remove_document(path)
+    durable_file.remove_all(path)
     assert os.listdir(tmp_path) == [] and read_json_file(path) is None

@@ -1,6 +1,7 @@
 """The cloud pairing: the token the app hands over, kept only as a SHA-256 (never stored or echoed in clear)."""
 
-from core.json_store import read_json_file, remove_document, write_atomic
+from core.durable_file import remove_all
+from core.json_store import read_json_file, write_atomic
 from services.ota.stream import hex_digest, new_sha256
 
 PREFIX = b"meterplus-pair:"   # domain separation: the cloud computes the same from the token it issued
@@ -51,6 +52,6 @@ class Pairing:
         self.changes += 1
 
     def unpair(self):
-        remove_document(self.path)
+        remove_all(self.path)  # with the copies a cut save may have left
         self.token_sha256 = None
         self.changes += 1

@@ -73,7 +73,6 @@ class MeterPipeline(Module):
         self.stale = True
         self.median_size = 5
         self.ct_tenths = 10
-        self.last_reading = None
         self.last_error = None
         self.format = None
         self.crc = None
@@ -244,7 +243,6 @@ class MeterPipeline(Module):
                     m = m * (ct // 10)
             out[code] = (m, e)
         reading = Reading(now_ms, out, server_id, source)
-        self.last_reading = reading
         if self.stale:
             self.stale = False
             self.state = OK
