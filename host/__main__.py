@@ -191,6 +191,10 @@ def _purge_firmware_modules():
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # The device's console shows each line as it is printed; so does a log file this runtime writes into (tests
+    # read it while the firmware runs), not only a terminal or PYTHONUNBUFFERED.
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
     if os.path.exists(args.meter) or args.meter == "sim" or args.meter.startswith("/dev/"):
         pass
     else:
