@@ -116,7 +116,8 @@ def test_check_and_install_stage_only_changed_files_then_boot_switches(env):
     assert BOOT.update_step(BOOT.DriveFs()) == "switch"
     assert tree(e.drive) == tree(os.path.join(e.pub, "0.2.0"))
     assert open("settings.json").read() == '{"device_name": "kept"}' and open("history.bin", "rb").read()[:4] == b"HIST"
-    new = svc_mod.OtaService(socketpool.SocketPool(None), Settings(), "0.2.0", BOOT, led=e.led, log=None)
+    new = svc_mod.OtaService(socketpool.SocketPool(None), Settings(**{"ota.url": e.server.url}), "0.2.0", BOOT,
+                             led=e.led, log=None)
     new.healthy_after_ms = 1000
     new.start()
     assert new.phase == "trial"
@@ -125,6 +126,11 @@ def test_check_and_install_stage_only_changed_files_then_boot_switches(env):
     assert not os.path.exists("ota/journal") and not os.path.exists("ota/prev")
     assert e.led.current() != "OTA_ACTIVE"
     assert "Updated from 0.1.0 to 0.2.0" in new.message
+    # The next check (a minute later, or the nightly one) finds nothing newer and still says what happened.
+    new._checked_at = None
+    new._check_at = e.now
+    run(e, lambda: new.phase == "idle" and new._checked_at is not None and new._req is None and new.server_version)
+    assert new.message == "Updated from 0.1.0 to 0.2.0. Up to date (0.2.0; the server offers 0.2.0)"
 
 
 @pytest.mark.parametrize("fault,reason", [

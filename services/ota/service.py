@@ -95,6 +95,7 @@ class OtaService(Module):
         self.last_checked = 0       # Unix seconds of the last completed check (0: never, or no clock)
         self._checked_at = None     # ticks of the last check attempt
         self.message = ""
+        self.updated = ""           # "Updated from A to B" once an update proved healthy (kept until a restart)
         self.last_error = ""        # reason code of the last failure ("" after a success)
         self.bad = []               # versions boot.py rolled back
         self.trial = None           # the journal while a new version proves itself
@@ -329,6 +330,8 @@ class OtaService(Module):
         else:
             self.available = None
             self.message = "Up to date (%s; the server offers %s)" % (self.version, m["version"])
+            if self.updated:  # the check a minute after an update must not hide that it happened
+                self.message = "%s. %s" % (self.updated, self.message)
             if self.last_error != "rolled_back":
                 self.last_error = ""
         self._install_after_check = False
@@ -473,7 +476,8 @@ class OtaService(Module):
         if ticks_diff(now, self._healthy_since) >= self.healthy_after_ms:
             self._boot.drop_journal(self._boot.DriveFs())
             self._note("info", "ota: %s proved healthy and is kept", self.trial.get("to"))
-            self.message = "Updated from %s to %s" % (self.trial.get("from"), self.trial.get("to"))
+            self.updated = "Updated from %s to %s" % (self.trial.get("from"), self.trial.get("to"))
+            self.message = self.updated
             self.trial = None
             self.phase = IDLE
             self.state = OK
