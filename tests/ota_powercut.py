@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 
+from host.ntp_server import scaled_clock, start_ntp_server
 from tests.hostproc import ROOT, HostProcess, http_request
 from tests.ota_server import UpdateServer, make_release
 from tools.ota_manifest import APP_FOLDERS, app_files
@@ -20,6 +21,16 @@ BOOT_OP_DELAY_MS = 40     # slows boot.py's renames so a cut lands inside the sw
 
 class Failure(AssertionError):
     """A check after a cut failed."""
+
+
+def midday_ntp(speed=SPEED):
+    """("host:port", stop) of an NTP stand-in whose clock starts at 10:00 UTC of today and runs speed times fast.
+
+    With --ntp local the firmware's clock is this computer's: a run between 01:00 and 04:59 Berlin time (or one
+    that reaches that window at --speed) gets the nightly check, and autoOta (on by default) installs the offered
+    update without ota/start. From 10:00 UTC the window is 13 simulated hours or more away (13 minutes at 60)."""
+    host, port, stop = start_ntp_server(clock=scaled_clock(speed, int(time.time()) // 86400 * 86400 + 10 * 3600))
+    return "%s:%d" % (host, port), stop
 
 
 def tree(folder):
@@ -114,12 +125,12 @@ def drive_phase(state):
     return phase
 
 
-def one_cut(workdir, i, server, old_version, old, new, rng, log=print):
+def one_cut(workdir, i, server, old_version, old, new, rng, log=print, ntp="local"):
     """Run one update, SIGKILL it at a random moment, restart and check. Returns where the cut landed."""
     state = os.path.join(workdir, "drive%d" % i)
     shutil.copytree(os.path.join(workdir, "base"), state)   # a flashed device: the runtime keeps what it finds
     settings = {"device_name": "cut %d" % i, "ota": {"url": server.url}}
-    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED)], settings=settings)
+    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp], settings=settings)
     h.control("boot_op_delay_ms", BOOT_OP_DELAY_MS)
     h.start()
     try:
@@ -139,7 +150,7 @@ def one_cut(workdir, i, server, old_version, old, new, rng, log=print):
     finally:
         h.kill()
     landing = drive_phase(state)
-    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED)])
+    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp])
     h.start()
     try:
         version = wait_version(h, (old_version, "0.2.0"))
@@ -164,7 +175,11 @@ def run(n, seed=1, log=print):
     stats = {}
     try:
         for i in range(n):
-            key = one_cut(workdir, i, server, old_version, old, new, rng, log)
+            ntp, stop_ntp = midday_ntp()   # one clock for both starts of a cut; a new one keeps a long soak at midday
+            try:
+                key = one_cut(workdir, i, server, old_version, old, new, rng, log, ntp=ntp)
+            finally:
+                stop_ntp()
             stats[key] = stats.get(key, 0) + 1
             log("cut %d/%d: %s -> %s runs" % (i + 1, n, key[0], key[1]))
     finally:

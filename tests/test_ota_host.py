@@ -22,6 +22,15 @@ BROKEN_AT_IMPORT = {"core/bus.py": 'raise RuntimeError("0.3.0 is broken at boot"
 
 
 @pytest.fixture
+def ntp():
+    """The firmware's clock at midday: no nightly check (autoOta is on by default) installs the offered update on
+    its own while a test drives the update through the API (ota_powercut.midday_ntp)."""
+    server, stop = ota_powercut.midday_ntp(SPEED)
+    yield server
+    stop()
+
+
+@pytest.fixture
 def pub(tmp_path):
     d = tmp_path / "pub"
     d.mkdir()
@@ -43,10 +52,10 @@ def check_data(host):
     return body["data"]
 
 
-def start_host(tmp_path, server, **settings):
+def start_host(tmp_path, server, ntp, **settings):
     doc = {"device_name": "Keller", "ota": {"url": server.url}}
     doc.update(settings)
-    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", str(SPEED)], settings=doc)
+    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp], settings=doc)
     return h.start()
 
 
@@ -64,10 +73,10 @@ def wait_update_offered(host, version):
                                   and d["state"] == "idle" else None)(check_data(host)), timeout=60)
 
 
-def test_update_through_the_api_keeps_settings_and_history(tmp_path, pub):
+def test_update_through_the_api_keeps_settings_and_history(tmp_path, pub, ntp):
     folder, server = pub
     make_release(folder, "0.2.0", changes={"services/ota/added_in_020.py": '"""New in 0.2.0."""\n'})
-    h = start_host(tmp_path, server)
+    h = start_host(tmp_path, server, ntp)
     try:
         assert h.get("/api/v1/system/alive")[1]["version"] == "0.1.0"
         wait_update_offered(h, "0.2.0")
@@ -94,10 +103,10 @@ def test_update_through_the_api_keeps_settings_and_history(tmp_path, pub):
 
 
 @pytest.mark.parametrize("broken", [BROKEN, BROKEN_AT_IMPORT], ids=["in-build", "at-import"])
-def test_a_version_that_crashes_at_boot_is_rolled_back(tmp_path, pub, broken):
+def test_a_version_that_crashes_at_boot_is_rolled_back(tmp_path, pub, ntp, broken):
     folder, server = pub
     make_release(folder, "0.3.0", changes=broken)
-    h = start_host(tmp_path, server)
+    h = start_host(tmp_path, server, ntp)
     try:
         wait_update_offered(h, "0.3.0")
         assert h.post("/api/v1/ota/start", {})[1]["ok"] is True
@@ -116,11 +125,11 @@ def test_a_version_that_crashes_at_boot_is_rolled_back(tmp_path, pub, broken):
         h.stop()
 
 
-def test_a_corrupted_download_changes_nothing_and_says_why(tmp_path, pub):
+def test_a_corrupted_download_changes_nothing_and_says_why(tmp_path, pub, ntp):
     folder, server = pub
     make_release(folder, "0.2.0")
     server.faults["0.2.0/core/version.py"] = "corrupt"
-    h = start_host(tmp_path, server)
+    h = start_host(tmp_path, server, ntp)
     try:
         wait_update_offered(h, "0.2.0")
         assert h.post("/api/v1/ota/start", {})[1]["ok"] is True
@@ -133,10 +142,10 @@ def test_a_corrupted_download_changes_nothing_and_says_why(tmp_path, pub):
         h.stop()
 
 
-def test_a_full_drive_changes_nothing_and_says_why(tmp_path, pub):
+def test_a_full_drive_changes_nothing_and_says_why(tmp_path, pub, ntp):
     folder, server = pub
     make_release(folder, "0.2.0")
-    h = start_host(tmp_path, server)
+    h = start_host(tmp_path, server, ntp)
     try:
         h.control("drive_free_bytes", 1000)
         wait_update_offered(h, "0.2.0")
