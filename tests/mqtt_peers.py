@@ -145,19 +145,25 @@ class Subscriber:
                                   protocol=paho.MQTTv311)
         self.client.on_message = self._on_message
         self._connected = threading.Event()
+        self._sub_mid = None
         self.client.on_connect = lambda c, u, f, rc, p=None: self._on_connect(topics)
+        self.client.on_subscribe = self._on_subscribe
         if tls_ca:
             self.client.tls_set(ca_certs=tls_ca)
             port = tls_port
         self.client.connect("127.0.0.1", port, keepalive=30)
         self.client.loop_start()
         if not self._connected.wait(10):
-            raise RuntimeError("subscriber did not connect")
+            raise RuntimeError("subscriber did not connect and subscribe")
 
     def _on_connect(self, topics):
-        for t in topics:
-            self.client.subscribe(t, 0)
-        self._connected.set()
+        # One SUBSCRIBE for all topics; the constructor returns once its SUBACK is in, so the broker routes
+        # every later publish to us (a SUBSCRIBE still on its way could lose a race with the device's publish).
+        self._sub_mid = self.client.subscribe([(t, 0) for t in topics])[1]
+
+    def _on_subscribe(self, client, userdata, mid, *rest):
+        if mid == self._sub_mid:
+            self._connected.set()
 
     def _on_message(self, client, userdata, msg):
         with self._lock:
@@ -167,17 +173,17 @@ class Subscriber:
         with self._lock:
             return list(self.messages)
 
-    def wait_for(self, pred, timeout=15.0, what="a message", idle=None):
-        """The first recorded message with pred(topic, payload) true, waiting up to timeout; idle() runs while
-        waiting (an in-process device's poll), else it sleeps."""
+    def wait_for(self, pred, timeout=15.0, what="a message", idle=None, since=0):
+        """The first recorded message from index since on with pred(topic, payload) true, waiting up to timeout;
+        idle() runs while waiting (an in-process device's poll), else it sleeps."""
         end = time.monotonic() + timeout
-        seen = 0
+        seen = since
         while time.monotonic() < end:
             msgs = self.snapshot()
             for m in msgs[seen:]:
                 if pred(m[0], m[1]):
                     return m
-            seen = len(msgs)
+            seen = max(seen, len(msgs))
             if idle is not None:
                 idle()
             else:

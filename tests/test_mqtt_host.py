@@ -100,12 +100,17 @@ def test_state_values_match_history_latest(host, sub):
     pytest.fail("no MQTT state matched /history/latest: %r vs %r" % (states[-3:], latest))
 
 
-def test_discovery_configs_are_retained_with_ha_keys(host, broker):
+def test_discovery_configs_are_retained_with_ha_keys(host, broker, sub):
     wait_state(host, "CONNECTED")
+    wanted = {"homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k) for k in ("import_total", "power")}
+    for topic in wanted:  # published, so in the broker's retained store before the late subscriber comes
+        sub.wait_for(lambda t, p, topic=topic: t == topic, timeout=30)
     late = Subscriber(broker.port, topics=("homeassistant/sensor/meterplus_%s/+/config" % DEV,), client_id="late")
     try:
-        late.wait_for(lambda t, p: t.endswith("/import_total/config"), timeout=30)
-        time.sleep(0.5)
+        end = time.monotonic() + 30
+        while not wanted <= {m[0] for m in late.snapshot() if m[2]}:
+            assert time.monotonic() < end, "retained configs missing: %r" % [m[:3] for m in late.snapshot()]
+            time.sleep(0.05)
         configs = {m[0]: json.loads(m[1]) for m in late.snapshot() if m[2]}
     finally:
         late.close()
@@ -196,7 +201,7 @@ def test_last_will_after_the_firmware_is_killed(tmp_path, broker):
         h.kill() if h.proc and h.proc.poll() is None else None
     late = Subscriber(broker.port, topics=("killtest/status",), client_id="will-late")
     try:
-        msg = late.wait_for(lambda t, p: True, timeout=5)
+        msg = late.wait_for(lambda t, p: True)
         assert msg[1] == b"offline" and msg[2] is True  # retained
     finally:
         late.close()
