@@ -111,6 +111,11 @@ def make_service(certs, settings, tmp_path):
     pairing.load()
     svc = CloudService(socketpool.SocketPool(None), bus, settings, pairing, "02aabbccddee", "0.2.0",
                        ssl_factory=device_ctx_factory(certs))
+    # No test here is about these two deadlines, and spin() runs simulated time 25 times faster than real time:
+    # the 10 s welcome deadline would give the server thread 0.4 s to answer, and the TLS connect (real time)
+    # 2 s. spin()'s own limit bounds the wait instead.
+    svc.connect_timeout_s = 30.0
+    svc.welcome_timeout_ms = 3600000
     return svc, bus, pairing
 
 

@@ -29,12 +29,17 @@ def latest(host):
     return body if status == 200 and body and body.get("1.8.0") else None
 
 
+# Answers come from the firmware's loop in another process: timeouts generous for a loaded machine.
+TIMEOUT = 10
+
+
 def device(host):
-    return ss_client.SunSpecModbusClientDeviceTCP(slave_id=1, ipaddr="127.0.0.1", ipport=host.modbus_port, timeout=3)
+    return ss_client.SunSpecModbusClientDeviceTCP(slave_id=1, ipaddr="127.0.0.1", ipport=host.modbus_port,
+                                                  timeout=TIMEOUT)
 
 
 def client(host):
-    c = ModbusTcpClient("127.0.0.1", port=host.modbus_port, timeout=3, retries=0, reconnect_delay=0)
+    c = ModbusTcpClient("127.0.0.1", port=host.modbus_port, timeout=TIMEOUT, retries=0, reconnect_delay=0)
     assert c.connect()
     return c
 
@@ -92,7 +97,7 @@ def test_pymodbus_exception_cases(host):
         assert rr.isError() and rr.exception_code == 1
     finally:
         c.close()
-    s = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)
+    s = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=TIMEOUT)
     try:
         s.sendall(struct.pack(">HHHBBHH", 3, 0, 6, 1, 3, BASE, 126))
         assert s.recv(64) == bytes.fromhex("000300000003018303")
@@ -116,7 +121,7 @@ def test_three_clients_third_refused_bad_frame_harms_nothing(host):
         third.close()
         b.close()
         host.wait_for(lambda: host.get("/api/v1/modbus/status")[1]["active_connections"] == 1)
-        bad = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)
+        bad = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=TIMEOUT)
         bad.sendall(b"GET / HTTP/1.1\r\n\r\n")      # not Modbus: protocol id 0x2F20
         try:
             assert bad.recv(1) == b""

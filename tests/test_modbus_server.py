@@ -36,6 +36,7 @@ class Harness:
         self.server = ModbusServer(socketpool.SocketPool(None), self.bus, self.settings, host="127.0.0.1",
                                    port_override=self.port, serial="024d50000001", version="0.1.0")
         self.skew_ms = 0
+        self.now_ms = None   # when set, the server's clock stands still at this tick (skew_ms is ignored)
         self.polls = 0
         self._run = True
         self.error = None
@@ -47,7 +48,8 @@ class Harness:
     def _loop(self):
         while self._run:
             try:
-                self.server.poll(ticks_add(ticks_ms(), self.skew_ms))
+                now = self.now_ms
+                self.server.poll(ticks_add(ticks_ms(), self.skew_ms) if now is None else now)
             except Exception as exc:   # a test asserts on it instead of a silent dead thread
                 self.error = exc
                 return
@@ -351,11 +353,15 @@ def test_idle_client_is_closed_after_five_minutes(srv):
     try:
         s.sendall(read_req(1, BASE, 1))
         assert len(recv_exact(s, 11)) == 11
-        srv.skew_ms = 299000
+        # The server's clock stands still relative to the request's tick: with a running clock plus a skew, a
+        # loaded machine taking a second until the check below would push 4:59 past 5:00.
+        last = [c.last_ms for c in srv.server._clients if c.sock is not None]
+        assert len(last) == 1
+        srv.now_ms = ticks_add(last[0], 299000)
         srv.settle()
         s.settimeout(0.3)
         assert not closed_by_peer(s)           # 4:59 idle: still open
-        srv.skew_ms = 300500
+        srv.now_ms = ticks_add(last[0], 300500)
         s.settimeout(2)
         assert closed_by_peer(s)
         assert srv.server.counters["idle_closed"] == 1

@@ -125,15 +125,16 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         assert stored["wifi"]["primary"]["ssid"] == "HostNetwork"
         # A client finds it by mDNS.
         q = dns.message.make_query("_wattwaechter._tcp.local.", "PTR")
-        inst = dns.query.udp(q, "127.0.0.1", port=mdns_port, timeout=2).answer[0][0].target
-        srv = dns.query.udp(dns.message.make_query(inst, "SRV"), "127.0.0.1", port=mdns_port, timeout=2).answer[0][0]
+        inst = dns.query.udp(q, "127.0.0.1", port=mdns_port, timeout=10).answer[0][0].target
+        srv = dns.query.udp(dns.message.make_query(inst, "SRV"), "127.0.0.1", port=mdns_port,
+                            timeout=10).answer[0][0]
         a = dns.query.udp(dns.message.make_query(srv.target, "A"), "127.0.0.1", port=mdns_port,
-                          timeout=2).answer[0][0]
+                          timeout=10).answer[0][0]
         assert srv.target.to_text() == "meterplus-024d50000001.local." and srv.port == h.port
         assert a.address == "127.0.0.1"
         # A software restart: the home WiFi again, no AP.
         assert post(h, "/api/v1/system/reboot") == 200
-        wait(lambda: _up_again(h))
+        wait(lambda: _up_again(h), timeout=60)   # the firmware starts again: as long as a first start may take
         after = info(h)
         assert after["uptime"]["reset_reason"] == "SOFTWARE"
         assert after["ap"]["active"] is False and after["ap"]["mode"] == "off"
@@ -196,7 +197,7 @@ def test_ap_enable_keeps_the_ap_after_a_software_restart_and_no_ble_board_runs(t
     h = HostProcess(tmp_path / "drive", settings=settings, args=["--no-ble"]).start()
     try:
         assert post(h, "/api/v1/system/reboot") == 200
-        wait(lambda: _up_again(h))
+        wait(lambda: _up_again(h), timeout=60)   # the firmware starts again: as long as a first start may take
         now = info(h)
         assert now["ap"]["active"] is True and now["ap"]["mode"] == "always" and now["ap"]["ssid"] == "Zaehler"
         assert "no BLE provisioning on this board" in h.log()
