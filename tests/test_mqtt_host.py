@@ -189,7 +189,8 @@ def test_no_falling_energy_in_the_whole_session(host, sub):
 
 def test_last_will_after_the_firmware_is_killed(tmp_path, broker):
     h = HostProcess(tmp_path / "drive", settings={
-        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "killtest"}})
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "killtest",
+                 "client_id": "killtest-device"}})   # its own id: the module's device stays connected
     s = Subscriber(broker.port, topics=("killtest/status",), client_id="will-sub")
     try:
         h.start()
@@ -208,8 +209,12 @@ def test_last_will_after_the_firmware_is_killed(tmp_path, broker):
 
 
 def test_orderly_stop_says_offline_before_leaving(tmp_path, broker):
+    """SIGTERM right after online (a message from the broker may still be unread: see test_mqtt_broker's
+    test_orderly_stop_with_unread_bytes_closes_without_a_reset): the device's own offline and DISCONNECT arrive."""
+    cid = "stoptest-device"   # its own id: the module's device stays connected, and the broker log is about this one
     h = HostProcess(tmp_path / "drive", settings={
-        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "stoptest"}})
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "topic_prefix": "stoptest",
+                 "client_id": cid}})
     s = Subscriber(broker.port, topics=("stoptest/status",), client_id="stop-sub")
     try:
         h.start()
@@ -218,7 +223,10 @@ def test_orderly_stop_says_offline_before_leaving(tmp_path, broker):
         s.wait_for(lambda t, p: p == b"offline", timeout=10)
     finally:
         s.close()
-    assert "Client meterplus-%s disconnected." % DEV in broker.log()  # DISCONNECT sent, not a dropped socket
+    log = broker.log()
+    assert "Received PUBLISH from %s (d0, q0, r1, m0, 'stoptest/status', ... (7 bytes))" % cid in log  # not the will
+    assert "Received DISCONNECT from %s" % cid in log and "Client %s disconnected." % cid in log
+    assert "Client %s closed its connection." % cid not in log
 
 
 def test_a_broker_that_drops_syns_never_stalls_the_loop(tmp_path):

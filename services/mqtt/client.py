@@ -191,6 +191,7 @@ class HardenedMQTT(mm.MQTT):
 
     def _close_socket(self):
         self.flush_quietly()
+        self.discard_input()  # after the last bytes went out, before the close that would otherwise reset
         self.close()
 
     # ---------------------------------------------------------------- session calls (never wait)
@@ -261,6 +262,20 @@ class HardenedMQTT(mm.MQTT):
             self._out_pos += n
             took += n
         return took
+
+    def discard_input(self, limit=16):
+        """Read and drop what has arrived (at most limit chunks). Closing a TCP socket with unread bytes resets
+        the connection (Linux and lwIP alike), and the broker then throws away what it has not read yet: the
+        goodbye just sent, DISCONNECT included, so it publishes the last will instead."""
+        sock = self._handoff.sock
+        if sock is None:
+            return
+        for _ in range(limit):
+            try:
+                if not sock.recv_into(self._chunk, len(self._chunk)):
+                    return
+            except OSError:  # EAGAIN: nothing more has arrived; anything else: leaving anyway
+                return
 
     def flush_quietly(self):
         """One flush that swallows errors (leaving: what does not go out now is lost)."""
