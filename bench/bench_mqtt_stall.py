@@ -68,14 +68,14 @@ class Timed:
         return t[-1] * 1000, t[int(len(t) * 0.99)] * 1000, len(t)
 
 
-def build(impl, tmp, port, tls=False, ca_pem=None, host="127.0.0.1"):
+def build(tmp, port, tls=False, ca_pem=None, host="127.0.0.1"):
     bus = Bus()
     settings = Settings()
     settings.doc["mqtt"].update(enable=True, host=host, port=port, use_tls=tls, sendInterval=1)
     ca = CaStore(os.path.join(tmp, "mqtt_ca_%d.pem" % port))
     if ca_pem:
         ca.save(ca_pem)
-    svc = impl.MqttService(socketpool.SocketPool(wifi.radio), bus, settings, DEV,
+    svc = m.MqttService(socketpool.SocketPool(wifi.radio), bus, settings, DEV,
                         ssl_context=device_ssl().create_default_context, ca_store=ca,
                         web_url=lambda: "http://127.0.0.1:8080/")
     # Shortened so that a few seconds hold many attempts; the blocking steps are unchanged.
@@ -110,9 +110,9 @@ def run(sup, bus, values, seconds, during=None):
         time.sleep(0.005)
 
 
-def scenario(impl, name, tmp, seconds, broker=None, port=None, prepare=None, during=None, tls=False, ca_pem=None,
+def scenario(name, tmp, seconds, broker=None, port=None, prepare=None, during=None, tls=False, ca_pem=None,
              host="127.0.0.1"):
-    bus, svc, sup, timed, values = build(impl, tmp, port if port is not None else broker.port, tls, ca_pem, host)
+    bus, svc, sup, timed, values = build(tmp, port if port is not None else broker.port, tls, ca_pem, host)
     if prepare is not None:
         prepare(svc, sup, bus, values)
         timed.times.clear()
@@ -179,17 +179,17 @@ def minimqtt_figures(broker):
     return rows
 
 
-def all_scenarios(impl, tmp, secs, broker, ca_pem):
-    """One run of every scenario with one implementation: [row]."""
+def all_scenarios(tmp, secs, broker, ca_pem):
+    """One run of every scenario: [row]."""
     rows = []
-    rows.append(scenario(impl, "connected, telemetry every 1 s", tmp, secs, broker, prepare=connect_first))
-    rows.append(scenario(impl, "connected over TLS (custom CA), incl. handshake", tmp, secs, broker,
+    rows.append(scenario("connected, telemetry every 1 s", tmp, secs, broker, prepare=connect_first))
+    rows.append(scenario("connected over TLS (custom CA), incl. handshake", tmp, secs, broker,
                          port=broker.tls_port, tls=True, ca_pem=ca_pem, host="localhost"))
     dead = Broker(os.path.join(tmp, "dead"))  # configured, never started: connection refused
-    rows.append(scenario(impl, "broker down (connection refused)", tmp, secs, port=dead.port))
+    rows.append(scenario("broker down (connection refused)", tmp, secs, port=dead.port))
     port, held = full_backlog_listener()
     try:
-        rows.append(scenario(impl, "black-holed before connecting (SYNs dropped)", tmp, secs, port=port))
+        rows.append(scenario("black-holed before connecting (SYNs dropped)", tmp, secs, port=port))
     finally:
         for sock in held:
             sock.close()
@@ -199,7 +199,7 @@ def all_scenarios(impl, tmp, secs, broker, ca_pem):
         broker.freeze()
 
     try:
-        rows.append(scenario(impl, "black-holed after connecting (SIGSTOP)", tmp, secs, broker,
+        rows.append(scenario("black-holed after connecting (SIGSTOP)", tmp, secs, broker,
                              prepare=freeze_after))
     finally:
         broker.resume()
@@ -215,7 +215,7 @@ def all_scenarios(impl, tmp, secs, broker, ca_pem):
             flap["next"] = t + 0.7
 
     try:
-        rows.append(scenario(impl, "flapping (stop/start every 0.7 s)", tmp, secs, broker, prepare=connect_first,
+        rows.append(scenario("flapping (stop/start every 0.7 s)", tmp, secs, broker, prepare=connect_first,
                              during=flapping))
     finally:
         if broker.proc is None:
@@ -371,7 +371,7 @@ def main():
     runs = []   # one list of scenario rows per repeat
     try:
         for _ in range(args.repeat):
-            runs.append(all_scenarios(m, tmp, secs, broker, ca_pem))
+            runs.append(all_scenarios(tmp, secs, broker, ca_pem))
         steps = step_costs(broker, ca_pem)
         mm_rows = [] if args.skip_minimqtt else minimqtt_figures(broker)
     finally:

@@ -144,7 +144,7 @@ class Subscriber:
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id or "test-sub-%d" % os.getpid(),
                                   protocol=paho.MQTTv311)
         self.client.on_message = self._on_message
-        self._connected = threading.Event()
+        self._subscribed = threading.Event()
         self._sub_mid = None
         self.client.on_connect = lambda c, u, f, rc, p=None: self._on_connect(topics)
         self.client.on_subscribe = self._on_subscribe
@@ -153,7 +153,7 @@ class Subscriber:
             port = tls_port
         self.client.connect("127.0.0.1", port, keepalive=30)
         self.client.loop_start()
-        if not self._connected.wait(10):
+        if not self._subscribed.wait(10):
             raise RuntimeError("subscriber did not connect and subscribe")
 
     def _on_connect(self, topics):
@@ -163,7 +163,7 @@ class Subscriber:
 
     def _on_subscribe(self, client, userdata, mid, *rest):
         if mid == self._sub_mid:
-            self._connected.set()
+            self._subscribed.set()
 
     def _on_message(self, client, userdata, msg):
         with self._lock:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import socketpool
+from adafruit_ticks import ticks_add, ticks_diff
 from core.bus import Bus
 from meter.reading import Reading
 from services.cloud.pairing import Pairing, token_hash
@@ -78,6 +79,10 @@ class TlsCloud:
                 f = conn.makefile("rwb")
                 hello = f.readline()
                 self.lines.append(json.loads(hello))
+                if self.answer is None:        # a silent cloud: hold the connection until the device leaves
+                    while conn.recv(64):
+                        pass
+                    continue
                 f.write((self.answer + "\n").encode())
                 f.flush()
                 for line in f:
@@ -124,7 +129,7 @@ def spin(svc, until, now=0, limit_s=10):
     while not until():
         assert time.monotonic() < deadline, svc.describe()
         svc.poll(now)
-        now += 50
+        now = ticks_add(now, 50)
         time.sleep(0.002)
     return now
 
@@ -177,6 +182,28 @@ def test_a_refusing_cloud_waits_long_before_the_next_try(certs, tmp_path):
         spin(svc, lambda: svc.last_error)
         assert svc.conn_state == WAIT_RETRY and "unknown pairing" in svc.last_error
         assert svc._retry_at is not None
+    finally:
+        server.close()
+
+
+def test_a_silent_cloud_is_left_after_the_welcome_deadline_across_the_tick_wrap(certs, tmp_path):
+    """The cloud takes the hello and never answers: after welcome_timeout_ms (10 s, counted across the ticks wrap)
+    the device closes the socket and waits to try again; the loop never waits on it."""
+    server = TlsCloud(certs, answer=None)
+    try:
+        s = Settings(**{"cloudIotEnabled": True, "cloud.port": server.port})
+        svc, _bus, pairing = make_service(certs, s, tmp_path)
+        svc.welcome_timeout_ms = CloudService.welcome_timeout_ms       # the deadline under test
+        pairing.pair(TOKEN)
+        before = socketpool.open_count()
+        start = ticks_add(0, -3000)                                     # 3 s before the wrap
+        now = spin(svc, lambda: server.lines, start)                    # the hello arrived
+        assert svc.last_error == ""
+        now = spin(svc, lambda: svc.last_error, now, limit_s=30)
+        assert "no welcome from the cloud within 10 s" in svc.last_error and svc.conn_state == WAIT_RETRY
+        assert ticks_diff(now, start) >= 10000 and now < start         # waited the 10 s, past the wrap
+        assert socketpool.open_count() == before and svc._retry_at is not None
+        assert server.lines == [server.lines[0]] and server.lines[0]["t"] == "hello"
     finally:
         server.close()
 

@@ -107,10 +107,7 @@ def test_discovery_configs_are_retained_with_ha_keys(host, broker, sub):
         sub.wait_for(lambda t, p, topic=topic: t == topic, timeout=30)
     late = Subscriber(broker.port, topics=("homeassistant/sensor/meterplus_%s/+/config" % DEV,), client_id="late")
     try:
-        end = time.monotonic() + 30
-        while not wanted <= {m[0] for m in late.snapshot() if m[2]}:
-            assert time.monotonic() < end, "retained configs missing: %r" % [m[:3] for m in late.snapshot()]
-            time.sleep(0.05)
+        host.wait_for(lambda: wanted <= {m[0] for m in late.snapshot() if m[2]}, timeout=30)
         configs = {m[0]: json.loads(m[1]) for m in late.snapshot() if m[2]}
     finally:
         late.close()

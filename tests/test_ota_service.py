@@ -127,8 +127,7 @@ def test_check_and_install_stage_only_changed_files_then_boot_switches(env):
     assert e.led.current() != "OTA_ACTIVE"
     assert "Updated from 0.1.0 to 0.2.0" in new.message
     # The next check (a minute later, or the nightly one) finds nothing newer and still says what happened.
-    new._checked_at = None
-    new._check_at = e.now
+    new.request_check()
     run(e, lambda: new.phase == "idle" and new._checked_at is not None and new._req is None and new.server_version)
     assert new.message == "Updated from 0.1.0 to 0.2.0. Up to date (0.2.0; the server offers 0.2.0)"
 
