@@ -162,6 +162,7 @@ def build():
     # --- meter: IR head UART -> framer/decoder -> filter, ctRatio, health ---
     from drivers.ir_head import IrHead
     from services.metering.pipeline import MeterPipeline
+    from services.metering.register import EnergyRegister
 
     # "auto" keeps one 8N1 UART: a D0 (7E1) character then carries its parity in bit 7, checked in software.
     ir_mode = env("METERPLUS_IR_MODE", "auto")
@@ -171,7 +172,8 @@ def build():
                       parity=busio.UART.Parity.EVEN if seven_e1 else None, timeout=0,
                       receiver_buffer_size=4096)
     app.ir_head = sup.add(IrHead(uart, ir_mode))
-    app.meter = sup.add(MeterPipeline(bus, settings, app.ir_head))
+    # The register keeps energy totals continuous through ctRatio changes (rewritten only at a change).
+    app.meter = sup.add(MeterPipeline(bus, settings, app.ir_head, register=EnergyRegister("register.json", log)))
     # --- end meter ---
 
     # --- clock: NTP + time zone ---

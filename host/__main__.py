@@ -239,7 +239,7 @@ def main(argv=None):
     from host import meter_source  # noqa: E402
 
     try:
-        _hostenv.meter_source = meter_source.open_source(args.meter)
+        _hostenv.meter_source = meter_source.open_source(args.meter, state)
     except (OSError, ValueError) as exc:
         sys.stderr.write("python -m host: error: --meter: %s\n" % exc)
         return EXIT_BAD_FLAGS

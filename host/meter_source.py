@@ -1,5 +1,6 @@
 """Byte sources behind the host UART stand-in: a simulated household meter, a capture replay, or a serial port."""
 
+import json
 import math
 import os
 import random
@@ -52,7 +53,9 @@ class SimMeter:
     SERVER_ID = bytes.fromhex("0a01534d5400000004d2")  # manufacturer "SMT" (simulated), serial 1234
     PV_PEAK_W = 4200
 
-    def __init__(self, seed=1, start_tod_s=None, import_wh=12345678.9, export_wh=2345678.9):
+    SAVE_EVERY_S = 1.0  # real seconds between saves of the counters (a SIGKILL loses at most this much counting)
+
+    def __init__(self, seed=1, start_tod_s=None, import_wh=12345678.9, export_wh=2345678.9, counters_path=None):
         self._rnd = random.Random(seed)
         if start_tod_s is None:
             lt = time.localtime()
@@ -61,10 +64,35 @@ class SimMeter:
         # Counters in watt-seconds (exact integers); the telegram carries 0.1 Wh = 360 Ws.
         self.import_ws = int(import_wh * 3600)
         self.export_ws = int(export_wh * 3600)
+        # A real meter counts on while the gateway restarts: the counters live beside the drive, not in the process.
+        self._counters_path = counters_path
+        self._saved_at = None
+        self._load_counters()
         self._next_s = None
         self._seq = 0
         self._line = _LineRate()
         self.last_power = 0
+
+    def _load_counters(self):
+        if self._counters_path is None:
+            return
+        try:
+            with open(self._counters_path) as f:
+                doc = json.load(f)
+            self.import_ws = max(self.import_ws, int(doc["import_ws"]))
+            self.export_ws = max(self.export_ws, int(doc["export_ws"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none yet (first start) or torn: the meter starts from its nameplate counters
+
+    def _save_counters(self):
+        now = time.monotonic()
+        if self._counters_path is None or (self._saved_at is not None and now - self._saved_at < self.SAVE_EVERY_S):
+            return
+        self._saved_at = now
+        tmp = self._counters_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"import_ws": self.import_ws, "export_ws": self.export_ws}, f)
+        os.replace(tmp, self._counters_path)
 
     def power_at(self, t_s):
         """Net power in W at simulated second t_s (positive = import): household load minus PV."""
@@ -125,6 +153,7 @@ class SimMeter:
             if now_s - self._next_s < BACKLOG_S:
                 self._line.push(self.telegram(p), self._next_s)
             self._next_s += 1
+        self._save_counters()
         data = self._line.take(now_s)
         if uart is not None and getattr(uart, "baudrate", 9600) != 9600:
             return b""  # a wrong baud rate reads nothing useful; the real head would see garbage
@@ -194,10 +223,11 @@ class SerialSource:
         self.ser.write(data)
 
 
-def open_source(arg):
-    """The source for --meter: "sim", a capture file, or a serial device."""
+def open_source(arg, state_dir=None):
+    """The source for --meter: "sim", a capture file, or a serial device. The simulated meter keeps its counters
+    next to the state folder (STATE.meter.json), so they count on across restarts as a real meter's do."""
     if arg == "sim":
-        return SimMeter()
+        return SimMeter(counters_path=None if state_dir is None else state_dir.rstrip("/") + ".meter.json")
     if os.path.isfile(arg):
         return ReplaySource(arg)
     if arg.startswith("/dev/") or arg.upper().startswith("COM"):

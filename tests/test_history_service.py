@@ -157,21 +157,32 @@ def test_device_off_over_midnight_closes_the_old_day_and_keeps_all_energy():
     assert after[0][5] & hs.F_GAP and after[0][8] > 4 * 4 * 2250   # the night's energy, not lost
 
 
-def test_ctratio_change_does_not_rewrite_history_or_spike_the_energy():
+def test_a_counter_that_goes_back_keeps_the_counted_energy_and_goes_on_from_the_new_base():
     t0 = berlin_midnight(2026, 6, 10)
     sim = Sim(t0 - 5)
     sim.run(3600 + 300)
     sim.h.flush()
     before = list(sim.store.records(HR))
-    sim.bus.publish("settings", ["ctRatio"])
-    sim.imp *= 10                                # the pipeline now multiplies by 10
+    sim.bus.publish("settings", ["ctRatio"])     # a ratio change is the pipeline's (tests/test_ct_ratio_change.py):
+    sim.imp = 1000                               # here a replaced meter starts near zero
     sim.run(1800, import_w=9000)
     after = list(sim.store.records(HR)) + sim.h.hr
     assert after[:len(before)] == before         # what was recorded stays as it was
     rebased = [r for r in after if r[5] & hs.F_REBASE]
     assert len(rebased) == 1
-    assert rebased[0][8] < 30000                 # a quarter's energy, not 9x the meter total
+    assert 0 <= rebased[0][8] < 30000            # a quarter's energy, never negative, never the old total
+    assert all(r[8] >= 0 for r in after)
     assert sim.h.counters["rebased"] == 1
+
+
+def test_a_ctratio_message_alone_changes_nothing_in_the_history():
+    t0 = berlin_midnight(2026, 6, 10)
+    sim = Sim(t0 - 5)
+    sim.run(1800)
+    sim.bus.publish("settings", ["ctRatio"])     # the totals stay continuous (the pipeline's register)
+    sim.run(1800)
+    assert not any(r[5] & hs.F_REBASE for r in sim.hr()) and sim.h.counters["rebased"] == 0
+    assert set(r[8] for r in sim.hr()[1:]) == {2250}
 
 
 def test_huge_meter_times_largest_ctratio_fits_exactly():

@@ -44,7 +44,6 @@ class History(Module):
         self._seen = None   # [imp, exp]: newest totals seen since start
         self._day = None    # open day: [day, t, off, imp_start, exp_start, imp_sum, exp_sum, flags, end_utc, n]
         self._last_t = -1   # newest recorded quarter: nothing at or before it is recorded again
-        self._rebase = False
         self.store_ok = False
         self.flush_ms = self.DEFAULT_FLUSH_MIN * 60000
         self._flush_at = None
@@ -98,7 +97,6 @@ class History(Module):
         self._q = None
         self._day = None
         self._seen = None
-        self._rebase = False
         last = self.store.hr.last if self.store_ok else None
         if last is None:
             self._prev = None
@@ -204,8 +202,9 @@ class History(Module):
             return
         flags = 0
         ref = self._seen
-        if ref is not None and (self._rebase or imp < ref[0] or exp < ref[1]):
-            # ctRatio changed or the meter counter went back: keep what is counted, go on from the new base.
+        if ref is not None and (imp < ref[0] or exp < ref[1]):
+            # The meter counter went back (reset, another meter): keep what is counted, go on from the new base.
+            # A ctRatio change never gets here: the pipeline's register keeps the totals continuous.
             self._prev[0] += imp - ref[0]
             self._prev[1] += exp - ref[1]
             flags = hs.F_REBASE
@@ -214,7 +213,6 @@ class History(Module):
             self._prev = [imp, exp]  # counter went back while we were off: the energy in between is unknown
             flags = hs.F_REBASE
             self.count("rebased")
-        self._rebase = False
         if self._prev is None:
             self._prev = [imp, exp]  # the very first reading: counting starts here
         if q is None:
@@ -239,8 +237,6 @@ class History(Module):
         self._now = now_ms
         ch = self._changes.pop()
         while ch is not None:
-            if "ctRatio" in ch:
-                self._rebase = True
             if "history.flushMinutes" in ch or "history" in ch:
                 self._load_flush_setting()
                 self._flush_at = None

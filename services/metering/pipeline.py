@@ -11,6 +11,7 @@ from meter.framer import SML
 from meter.median import Median
 from meter.reading import Reading
 from meter.sml import E_CRC, SmlResult, decode_frame
+from services.metering.register import EnergyRegister, scale
 
 _MEDIAN_SIZES = (0, 1, 3, 5, 7, 9)  # 0 is the wire encoding of "Off"; 1 means the same
 _KIND = {}
@@ -41,7 +42,8 @@ def parse_ct(value):
 
 class MeterPipeline(Module):
     """bus: core.bus.Bus; settings: has get(key); ir_head: drivers.ir_head.IrHead (its sink becomes ours) or None;
-    led: drivers.status_led.StatusLed or None (ERROR while stale). dzg: libsml's DZG 16.7.0 workaround."""
+    led: drivers.status_led.StatusLed or None (ERROR while stale). dzg: libsml's DZG 16.7.0 workaround.
+    register: services.metering.register.EnergyRegister (the energy totals across ctRatio changes) or None (RAM)."""
 
     name = "meter"
     STALE_MS = 10000          # no good telegram for this long: readings are unknown
@@ -50,8 +52,9 @@ class MeterPipeline(Module):
     MIN_INTERVAL_MS = 1000    # meters send at most one telegram a second; a burst read in one poll shares now_ms
     HEALTH_EVERY_MS = 5000
     FORGET_GAP_MS = 86400000  # silent this long: the time of the last telegram is forgotten (far below 2**28 ms)
+    REGISTER_RETRY_MS = 60000  # a refused register write (drive owned by USB) is tried again this often
 
-    def __init__(self, bus, settings, ir_head=None, led=None, dzg=False):
+    def __init__(self, bus, settings, ir_head=None, led=None, dzg=False, register=None):
         Module.__init__(self)
         self.bus = bus
         self.settings = settings
@@ -62,6 +65,9 @@ class MeterPipeline(Module):
         self._res = SmlResult()
         self._filters = {}
         self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
+        self._last_out = {}        # code -> (mantissa, exp) of the last published energy, filtered, before ctRatio
+        self.register = register if register is not None else EnergyRegister()
+        self._register_retry_ms = None
         self._server_id = None
         self._crc_mode = None      # CRC kind latched from the first good telegram until the meter goes stale
         self._d0_shape = None      # field layout of the last accepted D0 telegram (without BCC)
@@ -72,7 +78,7 @@ class MeterPipeline(Module):
         self._health_ms = None
         self.stale = True
         self.median_size = 5
-        self.ct_tenths = 10
+        self.ct_tenths = None
         self.last_error = None
         self.format = None
         self.crc = None
@@ -96,9 +102,17 @@ class MeterPipeline(Module):
         if ct is None:
             self.count("bad_settings")
             ct = 10
+        if self.ct_tenths is not None and ct != self.ct_tenths:
+            # The energy up to the last published reading keeps the ratio it was counted with.
+            self.register.change(self.ct_tenths, ct, self._last_out)
+            self.count("ct_changes")
         self.ct_tenths = ct
 
     # --- supervisor contract ---
+
+    def start(self):
+        """Read the energy register (written first with the ratio in force when missing)."""
+        self.register.open(self.ct_tenths)
 
     def poll(self, now_ms):
         """Settings changes, staleness, periodic health."""
@@ -113,6 +127,10 @@ class MeterPipeline(Module):
                 changed = True
         if changed:
             self._load_settings()
+        if self.register.dirty:
+            at = self._register_retry_ms
+            if at is None or not fresh(at, now_ms, self.REGISTER_RETRY_MS):
+                self._register_retry_ms = None if self.register.save() else now_ms
         if self._last_ok_ms is not None and not fresh(self._last_ok_ms, now_ms, self.FORGET_GAP_MS):
             # Silent for a day: forget when the last telegram came. Past 2**28 ms the tick wrap would make its
             # stamp look recent or in the future, and the next telegram's growth would be judged against ~1 s.
@@ -217,6 +235,8 @@ class MeterPipeline(Module):
                 self.count("meter_changed")  # another meter: its counters are a new baseline
             self._last_energy = {}
             self._filters = {}
+            if self._server_id is not None:
+                self._new_meter()
             self._server_id = server_id
         if not self._plausible(values, now_ms):
             return None
@@ -228,6 +248,8 @@ class MeterPipeline(Module):
         size = self.median_size
         ct = self.ct_tenths
         filters = self._filters
+        register = self.register
+        last_out = self._last_out
         for code in values:
             m, e = values[code]
             if size > 1:
@@ -236,11 +258,11 @@ class MeterPipeline(Module):
                     f = filters[code] = Median(size)
                 m, e = f.add(m, e)
             kind = _KIND.get(code)
-            if ct != 10 and kind != "voltage" and kind != "frequency":
-                if ct % 10:
-                    m, e = m * ct, e - 1
-                else:
-                    m = m * (ct // 10)
+            if kind == "energy":
+                last_out[code] = (m, e)
+                m, e = register.total(code, m, e, ct)
+            elif ct != 10 and kind != "voltage" and kind != "frequency":
+                m, e = scale(m, e, ct)
             out[code] = (m, e)
         reading = Reading(now_ms, out, server_id, source)
         if self.stale:
@@ -251,6 +273,11 @@ class MeterPipeline(Module):
         self.bus.publish("reading", reading)
         self._publish_health(now_ms)
         return reading
+
+    def _new_meter(self):
+        """Another meter or a reset counter: its totals are raw x ctRatio again, from its first reading."""
+        self._last_out = {}
+        self.register.reset(self.ct_tenths)
 
     def _plausible(self, values, now_ms):
         """Energy counters may not run backwards or faster than MAX_POWER_W; update the baseline when accepted."""
@@ -290,6 +317,7 @@ class MeterPipeline(Module):
                 self._publish_health(now_ms)
                 return False
             self.count("rebased")  # the meter really changed (exchange, reset): start from its values
+            self._new_meter()
         self._implausible_run = 0
         for code in values:
             if _KIND.get(code) == "energy":
