@@ -1,5 +1,6 @@
 """Byte sources behind the host UART stand-in: a simulated household meter, a capture replay, or a serial port."""
 
+import atexit
 import json
 import math
 import os
@@ -68,6 +69,8 @@ class SimMeter:
         self._counters_path = counters_path
         self._saved_at = None
         self._load_counters()
+        if counters_path is not None:
+            atexit.register(self._save_counters, True)  # an orderly stop (SIGTERM) keeps every count
         self._next_s = None
         self._seq = 0
         self._line = _LineRate()
@@ -84,9 +87,11 @@ class SimMeter:
         except (OSError, ValueError, KeyError, TypeError):
             pass  # none yet (first start) or torn: the meter starts from its nameplate counters
 
-    def _save_counters(self):
+    def _save_counters(self, now_anyway=False):
         now = time.monotonic()
-        if self._counters_path is None or (self._saved_at is not None and now - self._saved_at < self.SAVE_EVERY_S):
+        if self._counters_path is None:
+            return
+        if not now_anyway and self._saved_at is not None and now - self._saved_at < self.SAVE_EVERY_S:
             return
         self._saved_at = now
         tmp = self._counters_path + ".tmp"

@@ -1,5 +1,6 @@
-"""ctRatio changes on the whole firmware (host runtime, --speed 60, simulated meter): /history/latest never hides
-or jumps a total, quarter hours and the day hold real energy, and a restart keeps the totals where they were."""
+"""ctRatio changes on the whole firmware (host runtime, --speed 60, simulated meter): /history/latest and the MQTT
+state (mosquitto, read with paho) never hide or jump a total, quarter hours and the day hold real energy, and a
+restart keeps the totals where they were."""
 
 import json
 import time
@@ -9,6 +10,7 @@ import pytest
 
 from host.ntp_server import scaled_clock, start_ntp_server
 from tests.hostproc import HostProcess, http_request
+from tests.mqtt_peers import Subscriber
 
 pytestmark = pytest.mark.slow
 
@@ -17,6 +19,7 @@ SPEED = 60
 # The simulated household draws at most ~3.7 kW: per real second (60 simulated) 0.062 kWh, x3 = 0.19 kWh.
 MAX_STEP_KWH = Decimal("1")
 MAX_QUARTER_KWH = Decimal("5")          # 3.7 kW x 0.25 h x 3 = 2.8 kWh; the reported bug booked 24,696 kWh
+STATE_TOPIC = "meterplus/024d50000001/state"   # the host runtime's MAC
 
 
 @pytest.fixture
@@ -53,9 +56,11 @@ def set_ct(host, value):
     assert status == 200 and "ctRatio" in body["applied_now"], body
 
 
-def test_raise_lower_and_restart_keep_every_total_continuous(tmp_path, ntp):
+def test_raise_lower_and_restart_keep_every_total_continuous(tmp_path, ntp, broker):
     drive = tmp_path / "drive"
-    host = HostProcess(drive, args=["--speed", str(SPEED), "--ntp", ntp]).start()
+    sub = Subscriber(broker.port, topics=(STATE_TOPIC,), client_id="ct-ratio-sub")
+    host = HostProcess(drive, args=["--speed", str(SPEED), "--ntp", ntp], settings={
+        "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1}}).start()
     seen = []
     try:
         host.wait_for(lambda: latest(host), timeout=60)
@@ -77,7 +82,15 @@ def test_raise_lower_and_restart_keep_every_total_continuous(tmp_path, ntp):
         status, info, _h = host.get("/api/v1/system/info")
     finally:
         host.stop()
+        sub.close()
     assert len(seen) >= 60
+    states = [json.loads(m[1], parse_float=Decimal) for m in sub.snapshot() if m[0] == STATE_TOPIC]
+    totals = [(st["import_total"], st["export_total"]) for st in states if "import_total" in st]
+    assert len(totals) >= 30 and len(totals) >= len(states) - 2   # a total is never left out (at most one)
+    for (i0, e0), (i1, e1) in zip(totals, totals[1:]):
+        # Home Assistant's Energy dashboard sums these steps of a total_increasing sensor: no spike, no "reset"
+        assert Decimal(0) <= i1 - i0 <= MAX_STEP_KWH, (i0, i1)
+        assert Decimal(0) <= e1 - e0 <= MAX_STEP_KWH, (e0, e1)
     for (i0, e0), (i1, e1) in zip(seen, seen[1:]):
         assert Decimal(0) <= i1 - i0 <= MAX_STEP_KWH, (i0, i1)     # never a drop, never the scaled total's jump
         assert Decimal(0) <= e1 - e0 <= MAX_STEP_KWH, (e0, e1)
