@@ -55,6 +55,8 @@ def parse_args(argv):
                    help="a phone for the BLE stand-in: JSON lines on --bind:PORT (host/ble_bridge.py; default off)")
     p.add_argument("--app-on-drive", action="store_true",
                    help="copy the application files to the drive once and run them from there (OTA updates)")
+    p.add_argument("--ota-pubkey", metavar="FILE", action="append", default=[],
+                   help="also trust the update signing key in FILE (hex, from tools.ota_keygen); repeatable")
     return p.parse_args(argv)
 
 
@@ -85,6 +87,20 @@ def _install_app(state):
         elif os.path.exists(src) and entry != "code.py":
             shutil.copy(src, os.path.join(state, entry))
     shutil.copy(os.path.join(REPO, "code.py"), os.path.join(state, "code.py"))  # last: marks a complete copy
+
+
+def _install_ota_keys(state, extra):
+    """ota_keys.txt beside boot.py, as flashed over USB: the repository's release keys, plus --ota-pubkey keys."""
+    path = os.path.join(state, "ota_keys.txt")
+    if os.path.exists(path) and not extra:
+        return
+    with open(os.path.join(REPO, "ota_keys.txt")) as f:
+        text = f.read()
+    for name in extra:
+        with open(name) as f:
+            text += "# --ota-pubkey %s\n%s\n" % (name, f.read().strip())
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def _statvfs_with_quota(real):
@@ -210,6 +226,7 @@ def main(argv=None):
     import neopixel  # noqa: E402
 
     toml = _prepare_drive(state)
+    _install_ota_keys(state, args.ota_pubkey)
     if args.app_on_drive:
         _install_app(state)
         # boot.py first, as on the chip: the runtime's own meter decoder below imports meter/ from the drive, which

@@ -12,7 +12,7 @@ import time
 
 from host.ntp_server import scaled_clock, start_ntp_server
 from tests.hostproc import ROOT, HostProcess, http_request
-from tests.ota_server import UpdateServer, make_release
+from tests.ota_server import UpdateServer, make_release, pubkey_file
 from tools.ota_manifest import APP_FOLDERS, app_files
 
 SPEED = 60.0
@@ -130,7 +130,9 @@ def one_cut(workdir, i, server, old_version, old, new, rng, log=print, ntp="loca
     state = os.path.join(workdir, "drive%d" % i)
     shutil.copytree(os.path.join(workdir, "base"), state)   # a flashed device: the runtime keeps what it finds
     settings = {"device_name": "cut %d" % i, "ota": {"url": server.url}}
-    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp], settings=settings)
+    key = pubkey_file(workdir)
+    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp, "--ota-pubkey", key],
+                    settings=settings)
     h.control("boot_op_delay_ms", BOOT_OP_DELAY_MS)
     h.start()
     try:
@@ -150,7 +152,7 @@ def one_cut(workdir, i, server, old_version, old, new, rng, log=print, ntp="loca
     finally:
         h.kill()
     landing = drive_phase(state)
-    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp])
+    h = HostProcess(state, args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp, "--ota-pubkey", key])
     h.start()
     try:
         version = wait_version(h, (old_version, "0.2.0"))

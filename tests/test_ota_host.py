@@ -13,7 +13,7 @@ from aio_wattwaechter import Wattwaechter
 
 from tests import ota_powercut
 from tests.hostproc import HostProcess
-from tests.ota_server import UpdateServer, make_release
+from tests.ota_server import UpdateServer, make_release, pubkey_file
 
 SPEED = 60.0
 BROKEN = {"services/metering/pipeline.py": 'raise RuntimeError("0.3.0 is broken at boot")\n'}
@@ -55,7 +55,8 @@ def check_data(host):
 def start_host(tmp_path, server, ntp, **settings):
     doc = {"device_name": "Keller", "ota": {"url": server.url}}
     doc.update(settings)
-    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp], settings=doc)
+    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", str(SPEED), "--ntp", ntp,
+                                              "--ota-pubkey", pubkey_file(str(tmp_path))], settings=doc)
     return h.start()
 
 
@@ -162,7 +163,8 @@ def test_nightly_check_installs_with_auto_ota(tmp_path, pub):
     folder, server = pub
     make_release(folder, "0.2.0")
     doc = {"ota": {"url": server.url}, "autoOta": True}
-    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", "1800"], settings=doc).start()
+    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", "1800", "--ota-pubkey",
+                                              pubkey_file(str(tmp_path))], settings=doc).start()
     try:
         h.wait_for(lambda: "ota: nightly check (autoOta on)" in h.log(), timeout=120)
         h.wait_for(lambda: running_version(h) == "0.2.0", timeout=120)

@@ -183,3 +183,51 @@ def test_manifest_and_streaming_check_inside_micropython():
             "try:\n    w.finish()\nexcept DownloadError as e:\n    print(e.reason)\n"
             % (doc().decode(), SHA, SHA))
     assert out.split() == ["0.2.0", "2", "True", "sha", "ok", "corrupted"]
+
+
+# ------------------------------------------------------------------ audit of issue 18 (each failed on the old code)
+
+@pytest.mark.parametrize("version", ["\u0669.0.0", "1.\u0662", "\uff11.0", "1..2", "1.", "+1.0", " 1.0"])
+def test_versions_are_ascii_digits_only(version):
+    """str.isdigit() took Arabic-Indic and full-width digits: "\u0669.0.0" read as 9.0.0."""
+    with pytest.raises(ValueError):
+        m.parse_version(version)
+    with pytest.raises(m.ManifestError):
+        m.parse_manifest(doc(version=version))
+
+
+@pytest.mark.parametrize("base", ["https://evil.example/x/", "http://127.0.0.1:9/", "//evil.example/x/", "/abs/",
+                                  "a/../../", "x:y/", "a b/"])
+def test_base_must_be_relative_to_the_manifest(base):
+    """An absolute URL to another host was accepted (docs/ota.md says relative)."""
+    with pytest.raises(m.ManifestError, match="base"):
+        m.parse_manifest(doc(base=base))
+
+
+def test_relative_bases_still_work():
+    assert m.parse_manifest(doc(base="0.2.0/"))["base"] == "0.2.0/"
+    assert m.parse_manifest(doc(base="releases/0.2.0/"))["base"] == "releases/0.2.0/"
+
+
+def test_a_manifest_nested_5000_deep_is_a_manifest_error_not_a_crash():
+    deep = b'{"version": "0.2.0", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(m.ManifestError, match="nested"):
+        m.parse_manifest(deep)
+
+
+@pytest.mark.parametrize("path", ["ota_keys.txt", "boot.py"])
+def test_the_keys_file_and_boot_py_are_never_update_paths(path):
+    assert path in m.PROTECTED
+    with pytest.raises(m.ManifestError) as e:
+        m.parse_manifest(doc(files=[{"path": "code.py", "size": 9, "sha256": SHA},
+                                    {"path": path, "size": 9, "sha256": SHA}]))
+    assert path in str(e.value) and "USB" in str(e.value)
+
+
+def test_min_version():
+    assert m.parse_manifest(doc(min_version="0.1.5"))["min_version"] == "0.1.5"
+    assert m.parse_manifest(doc())["min_version"] == ""
+    with pytest.raises(m.ManifestError, match="above"):
+        m.parse_manifest(doc(min_version="0.3.0"))
+    with pytest.raises(m.ManifestError, match="min_version"):
+        m.parse_manifest(doc(min_version="\u0669"))

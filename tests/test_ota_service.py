@@ -16,7 +16,7 @@ import socketpool
 from drivers.status_led import StatusLed
 from services.ota import service as svc_mod
 from services.ota.http_get import HttpGet
-from tests.ota_server import ROOT, UpdateServer, make_release, write_manifest
+from tests.ota_server import ROOT, UpdateServer, keys_text, make_release, write_manifest
 from tools.ota_manifest import app_files
 
 BOOT = types.SimpleNamespace(**runpy.run_path(os.path.join(ROOT, "boot.py"), run_name="boot_ns"))
@@ -59,6 +59,7 @@ def env(tmp_path, monkeypatch):
         shutil.copytree(os.path.join(ROOT, d), drive / d, ignore=shutil.ignore_patterns("__pycache__"))
     (drive / "settings.json").write_text('{"device_name": "kept"}')
     (drive / "history.bin").write_bytes(b"HIST" * 100)
+    (drive / "ota_keys.txt").write_text(keys_text())   # beside boot.py: the test release key is trusted
     pub = tmp_path / "pub"
     pub.mkdir()
     manifest = make_release(str(pub), "0.2.0", changes=CHANGES)
@@ -181,7 +182,7 @@ def test_a_full_drive_stops_before_downloading(env, monkeypatch):
     e.svc.start_update()
     run(e, lambda: e.svc.phase == "idle" and e.svc.last_error)
     assert e.svc.last_error == "drive_full" and "space" in e.svc.message
-    assert [r for r in e.server.requests if r != "manifest.json"] == []
+    assert [r for r in e.server.requests if not r.startswith("manifest.json")] == []
     assert tree(e.drive) == e.before
 
 
@@ -191,8 +192,7 @@ def test_a_full_drive_stops_before_downloading(env, monkeypatch):
 ])
 def test_a_bad_manifest_is_reported(env, manifest_text, needle):
     e = env
-    with open(os.path.join(e.pub, "manifest.json"), "w") as f:
-        f.write(manifest_text)
+    write_manifest(e.pub, manifest_text)   # signed: the signature is checked before the manifest is read
     e.svc.start()
     run(e, lambda: e.svc.last_error)
     d = e.svc.check_result(e.now)["data"]
@@ -266,7 +266,8 @@ def test_nightly_check_at_the_random_minute_installs_only_with_auto_ota(env, aut
     assert len(e.server.requests) == n
 
 
-def test_a_rolled_back_version_is_reported_and_not_installed_at_night(env):
+def test_a_rolled_back_version_is_never_offered_again_until_a_newer_one_appears(env):
+    """Audit: after a rollback ota/check still offered the version and a plain ota/start installed it again."""
     e = env
     os.makedirs("ota", exist_ok=True)
     with open("ota/result", "w") as f:
@@ -276,11 +277,20 @@ def test_a_rolled_back_version_is_reported_and_not_installed_at_night(env):
     e.svc.start()
     assert "rolled back" in e.svc.message and not os.path.exists("ota/result")
     e.svc.request_check(install=True, auto=True)
-    run(e, lambda: e.svc.available is not None and e.svc.phase == "idle")
+    run(e, lambda: e.svc.server_version == "0.2.0" and e.svc.phase == "idle")
     for _ in range(50):
         e.svc.poll(e.now)
-    assert e.calls == []
-    assert e.svc.check_result(e.now)["data"]["rolled_back"] == ["0.2.0"]
+    d = e.svc.check_result(e.now)["data"]
+    assert d["update_available"] is False and d["rolled_back"] == ["0.2.0"] and "not offered again" in d["message"]
+    answer = e.svc.start_update()
+    assert answer["ok"] is False and answer["update_available"] is False
+    run(e, lambda: e.svc.phase == "idle" and e.svc._check_at is None and e.svc._req is None)  # the check it asked for
+    assert e.calls == [] and e.svc.available is None
+    # a newer version is offered as usual
+    make_release(e.pub, "0.3.0")
+    e.svc.request_check()
+    run(e, lambda: e.svc.available is not None and e.svc.phase == "idle")
+    assert e.svc.check_result(e.now)["data"]["version"] == "0.3.0"
 
 
 def test_the_default_placeholder_url_asks_no_dns_server(env, monkeypatch):

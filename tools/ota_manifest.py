@@ -1,7 +1,9 @@
-"""python -m tools.ota_manifest SRC VERSION [--base B] [--notes-de T] [--notes-en T] > manifest.json
+"""python -m tools.ota_manifest SRC VERSION --key PRIVATE [--out manifest.json] [--base B] [--min-version V] ...
 
 Writes the update manifest (docs/ota.md) for the application files in SRC: code.py, core/, drivers/, meter/,
-services/, web/ with their sizes and SHA-256. boot.py is never listed (it is the rollback anchor)."""
+services/, web/ with their sizes and SHA-256, and with --key its detached Ed25519 signature (<out>.sig): the device
+installs signed releases only. boot.py is never listed (it is the rollback anchor). Without --key the unsigned
+manifest goes to standard output (to sign elsewhere: --sign-only MANIFEST --key PRIVATE)."""
 
 import argparse
 import hashlib
@@ -26,7 +28,23 @@ def app_files(src):
     return out
 
 
-def make_manifest(src, version, base="", notes_de="", notes_en="", release_date=None):
+def signature_hex(data, private_key):
+    """The .sig text for the exact manifest bytes data: Ed25519 over b"MPOTA1" + SHA-256(data), 128 hex digits.
+    private_key: a cryptography Ed25519PrivateKey (tools.ota_keygen.load_private)."""
+    return private_key.sign(b"MPOTA1" + hashlib.sha256(data).digest()).hex()
+
+
+def write_signed(path, manifest, private_key):
+    """Write manifest (a dict) to path and its signature to path + ".sig"; returns the manifest bytes."""
+    data = (json.dumps(manifest, indent=1) + "\n").encode()
+    with open(path, "wb") as f:
+        f.write(data)
+    with open(path + ".sig", "w") as f:
+        f.write(signature_hex(data, private_key) + "\n")
+    return data
+
+
+def make_manifest(src, version, base="", notes_de="", notes_en="", release_date=None, min_version=""):
     """The manifest dict for the application files in src."""
     files = []
     for rel in app_files(src):
@@ -35,18 +53,43 @@ def make_manifest(src, version, base="", notes_de="", notes_en="", release_date=
         files.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return {"format": 1, "version": version,
             "release_date": release_date or time.strftime("%Y-%m-%d", time.gmtime()),
-            "notes": {"de": notes_de, "en": notes_en}, "base": base, "files": files}
+            "notes": {"de": notes_de, "en": notes_en}, "base": base, "files": files,
+            **({"min_version": min_version} if min_version else {})}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tools.ota_manifest", description=__doc__.split("\n")[2])
-    p.add_argument("src")
-    p.add_argument("version")
+    p.add_argument("src", nargs="?")
+    p.add_argument("version", nargs="?")
+    p.add_argument("--key", help="PEM private key from python -m tools.ota_keygen: sign the manifest")
+    p.add_argument("--out", default="manifest.json", help="with --key: the manifest file (signature: OUT.sig)")
+    p.add_argument("--sign-only", metavar="MANIFEST", help="sign an existing manifest file as it is (needs --key)")
     p.add_argument("--base", default="")
+    p.add_argument("--min-version", default="", help="no device that installed this release goes below it")
     p.add_argument("--notes-de", default="")
     p.add_argument("--notes-en", default="")
     a = p.parse_args(argv)
-    json.dump(make_manifest(a.src, a.version, a.base, a.notes_de, a.notes_en), sys.stdout, indent=1)
+    if a.sign_only:
+        if not a.key:
+            p.error("--sign-only needs --key")
+        from tools.ota_keygen import load_private
+
+        with open(a.sign_only, "rb") as f:
+            data = f.read()
+        with open(a.sign_only + ".sig", "w") as f:
+            f.write(signature_hex(data, load_private(a.key)) + "\n")
+        print("signed %s -> %s.sig" % (a.sign_only, a.sign_only), file=sys.stderr)
+        return 0
+    if not a.src or not a.version:
+        p.error("SRC and VERSION are needed")
+    manifest = make_manifest(a.src, a.version, a.base, a.notes_de, a.notes_en, min_version=a.min_version)
+    if a.key:
+        from tools.ota_keygen import load_private
+
+        write_signed(a.out, manifest, load_private(a.key))
+        print("wrote %s and %s.sig (%d files)" % (a.out, a.out, len(manifest["files"])), file=sys.stderr)
+        return 0
+    json.dump(manifest, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

@@ -33,6 +33,7 @@ class HttpGet:
 
     connect_timeout_s = 2.0   # TCP connect + TLS handshake: the one blocking step (as in the MQTT client)
     stall_ms = 15000          # no byte for this long: the network is gone
+    total_ms = 120000         # the whole request: a server that trickles a byte now and then cannot hold a check
     reads_per_poll = 2        # at most this many recv_into of len(buf) per poll
 
     def __init__(self, pool, url, sink, buf, ssl_factory=None):
@@ -50,6 +51,7 @@ class HttpGet:
         self.length = None       # Content-Length, when the server sent one
         self.received = 0        # body bytes
         self._deadline = 0
+        self._started = None
 
     def _fail(self, err):
         self.state = FAILED
@@ -110,6 +112,7 @@ class HttpGet:
             return False
         try:
             if self.state is None:
+                self._started = now
                 self._open(now)
                 return True
             if self.state == SENDING:
@@ -120,6 +123,9 @@ class HttpGet:
                         break
             if self.state not in (DONE, FAILED) and not ticks_less(now, self._deadline):
                 raise DownloadError("network", "no data from the server for %d s" % (self.stall_ms // 1000))
+            if self.state not in (DONE, FAILED) and not ticks_less(now, ticks_add(self._started, self.total_ms)):
+                raise DownloadError("network", "the server took more than %d s for %s"
+                                    % (self.total_ms // 1000, self.url))
         except DownloadError as err:
             self._fail(err)
         except MemoryError:

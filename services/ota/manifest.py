@@ -10,6 +10,10 @@ APP_FOLDERS = ("core/", "drivers/", "meter/", "services/", "web/")
 APP_FILES = ("code.py",)
 _PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/"
 _HEX = "0123456789abcdef"
+_DIGITS = "0123456789"
+KEYS_FILE = "ota_keys.txt"   # the trusted public keys beside boot.py: written over USB only, never by an update
+# Files an update never writes, whatever the manifest or an uploaded archive says (boot.py's anchor and its keys).
+PROTECTED = ("boot.py", KEYS_FILE)
 
 
 class ManifestError(ValueError):
@@ -25,7 +29,8 @@ def parse_version(text):
         raise ValueError("version has more than 4 parts: %s" % text)
     out = []
     for p in parts:
-        if not p.isdigit() or len(p) > 5:
+        # ASCII digits only: str.isdigit() and int() also take other scripts' digits ("\u0669" reads as 9)
+        if not p or len(p) > 5 or any(c not in _DIGITS for c in p):
             raise ValueError("version must be dotted numbers like 0.2.0: %s" % text)
         out.append(int(p))
     while len(out) < 4:
@@ -52,12 +57,27 @@ def path_problem(path):
             return "path parts must not start with a dot"
     if path == "boot.py":
         return "boot.py is the rollback anchor and is not updated over the network (update it over USB)"
+    if path in PROTECTED:
+        return "%s holds the trusted update keys and is changed over USB only" % path
     if path in APP_FILES:
         return None
     for folder in APP_FOLDERS:
         if path.startswith(folder):
             return None
     return "not an application file (code.py, core/, drivers/, meter/, services/, web/)"
+
+
+def base_problem(base):
+    """Why base is not a folder relative to the manifest's (no scheme, host, absolute path or ..), or None."""
+    for ch in base:
+        if ch not in _PATH_CHARS:
+            return "letters, digits, . _ - and / only"
+    if base.startswith("/") or "//" in base:
+        return "no absolute path or host"
+    for part in base.split("/"):
+        if part == "..":
+            return "no .."
+    return None
 
 
 def _text(doc, key, limit, required):
@@ -78,6 +98,8 @@ def parse_manifest(data):
         doc = json.loads(data)
     except (ValueError, UnicodeError):
         raise ManifestError("manifest is not JSON")
+    except RuntimeError:  # RecursionError on CPython, "maximum recursion depth exceeded" in MicroPython
+        raise ManifestError("manifest is nested too deeply")
     if not isinstance(doc, dict):
         raise ManifestError("manifest must be a JSON object")
     if doc.get("format", 1) != 1:
@@ -119,14 +141,23 @@ def parse_manifest(data):
     if "code.py" not in seen:
         raise ManifestError("code.py missing: a manifest lists every application file")
     base = _text(doc, "base", 96, False)
-    if base and (".." in base or base.startswith("/") and "//" in base):
-        raise ManifestError("base must be a folder relative to the manifest")
+    if base and base_problem(base):
+        raise ManifestError("base must be a folder relative to the manifest (%s)" % base_problem(base))
+    min_version = _text(doc, "min_version", 23, False)
+    if min_version:
+        try:
+            floor = parse_version(min_version)
+        except ValueError as exc:
+            raise ManifestError("min_version: %s" % exc)
+        if floor > parse_version(version):
+            raise ManifestError("min_version %s is above the version %s" % (min_version, version))
     return {
         "version": version,
         "release_date": _text(doc, "release_date", 32, False),
         "notes_de": _text(notes, "de", 1000, False),
         "notes_en": _text(notes, "en", 1000, False),
         "base": base,
+        "min_version": min_version,
         "files": out,
         "total": total,
     }

@@ -9,6 +9,7 @@ from core.files import exists, remove_quiet
 from core.module import OK, WARN, Module
 from core.url import resolve
 from services.ota import manifest as mf
+from services.ota import signature as sg
 from services.ota.http_get import HttpGet
 from services.ota.stream import FileHasher, HashingWriter, MemorySink
 
@@ -18,9 +19,11 @@ STAGE = "ota/stage/"
 PREV = "ota/prev/"
 RESULT = "ota/result"
 BAD = "ota/bad"
+FLOOR = "ota/floor"     # the highest min_version of a release installed here (only ever raised; docs/ota.md)
 
 IDLE = "idle"
 CHECKING = "checking"
+VERIFYING = "verifying"
 PLANNING = "planning"
 DOWNLOADING = "downloading"
 RESTARTING = "restarting"
@@ -47,6 +50,20 @@ def _expired(now, stamp, ms):
     """True when stamp is ms or more in the past; a stamp so old that ticks_diff wrapped negative is expired too."""
     age = ticks_diff(now, stamp)
     return age < 0 or age >= ms
+
+
+def _valid_version(text):
+    try:
+        mf.parse_version(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _sig_url(url):
+    """Where the detached signature of the manifest at url is: <url>.sig (before a query)."""
+    q = url.find("?")
+    return url + sg.SIG_SUFFIX if q < 0 else url[:q] + sg.SIG_SUFFIX + url[q:]
 
 
 def _is_dir(path):
@@ -98,8 +115,16 @@ class OtaService(Module):
         self.updated = ""           # "Updated from A to B" once an update proved healthy (kept until a restart)
         self.last_error = ""        # reason code of the last failure ("" after a success)
         self.bad = []               # versions boot.py rolled back
+        self.floor = ""             # no version below this is installed (the highest min_version installed here)
+        self._source = None         # ota.url of the last check: an offer is cleared when the setting changes
+        self._keys = None
+        self._manifest_data = None
+        self._sig_sink = None
+        self._sig_check = None
+        self.verify_steps_per_poll = 1
         self.trial = None           # the journal while a new version proves itself
         self._req = None
+        self._sink = None
         self._install_after_check = False
         self._auto = False
         self._attempts = {}
@@ -122,6 +147,10 @@ class OtaService(Module):
 
     def start(self):
         self.bad = _read_json(BAD) or []
+        floor = _read_json(FLOOR)
+        if floor is None:
+            floor = _read_json(FLOOR + ".tmp")   # a cut between removing the old floor and the rename
+        self.floor = floor if isinstance(floor, str) and _valid_version(floor) else ""
         result = _read_json(RESULT)
         if isinstance(result, dict) and result.get("event") == "rolled_back":
             self.message = ("Update to %s was rolled back to %s: it did not prove healthy within %s boots"
@@ -143,19 +172,22 @@ class OtaService(Module):
             self.phase = TRIAL
             if self._led is not None:
                 self._led.set("OTA_ACTIVE")
-            self._note("info", "ota: running %s on trial (boot %s of %s)", journal.get("to"), journal.get("boots"),
-                       self._boot.MAX_TRIAL_BOOTS)
+            self._note("info", "ota: running %s on trial (boot %s of %s; the update to %s)", self.version,
+                       journal.get("boots"), self._boot.MAX_TRIAL_BOOTS, journal.get("to"))
         elif journal is None:
             self._queue_cleanup()
         self._check_at = None
 
     def stop(self):
-        if self._req is not None:
-            self._req.cancel()
-            self._req = None
+        self._cancel_request()
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
+
+    def _cancel_request(self):
+        if self._req is not None:
+            self._req.cancel()
+            self._req = None
 
     def _note(self, level, msg, *args):
         if self._log is not None:
@@ -170,6 +202,7 @@ class OtaService(Module):
         """The GET /ota/check document (aio-wattwaechter's OtaData, plus state and message); starts a check in the
         background when the last one is older than stale_ms."""
         now = self._now if now is None else now
+        self._follow_url()
         if self.phase == IDLE and self._url() and (self._checked_at is None
                                                     or _expired(now, self._checked_at, self.stale_ms)):
             self.request_check()
@@ -194,8 +227,29 @@ class OtaService(Module):
         }
         return {"ok": True, "data": data}
 
+    def _follow_url(self):
+        """A changed ota.url drops what the old server offered (and a check still talking to it) and checks the new
+        one at once: an offer is only ever installed from the server it came from."""
+        if self._source is None or self._url() == self._source:
+            return
+        if self.phase not in (IDLE, CHECKING, VERIFYING):
+            return   # an install already under way finishes from the manifest it verified
+        self._cancel_request()
+        self._source = None
+        self._sig_check = None
+        self._manifest_data = None
+        self._sink = self._sig_sink = None
+        self.available = None
+        self.server_version = ""
+        self.phase = IDLE
+        self._retry_at = None
+        self.message = "ota.url changed: checking the new update server"
+        self._note("info", "ota: %s", self.message)
+        self.request_check()
+
     def start_update(self):
         """POST /ota/start: install the update the last check found; the answer aio-wattwaechter reads."""
+        self._follow_url()
         if self.phase in (PLANNING, DOWNLOADING, RESTARTING):
             return {"ok": True, "update_available": True, "message": "Update already running: " + self.message}
         why = self._install_blocker()
@@ -235,8 +289,12 @@ class OtaService(Module):
         if self.phase == TRIAL:
             self._trial_step(now_ms)
             return
+        if self.phase == IDLE or self.phase == CHECKING or self.phase == VERIFYING:
+            self._follow_url()
         if self.phase == CHECKING:
             self._check_step(now_ms)
+        elif self.phase == VERIFYING:
+            self._verify_step(now_ms)
         elif self.phase == PLANNING:
             self._plan_step(now_ms)
         elif self.phase == DOWNLOADING:
@@ -288,38 +346,102 @@ class OtaService(Module):
         if url.split("/")[2].split(":")[0].endswith(".invalid"):  # the shipped placeholder: not a failure
             self.message = "No update server configured (ota.url is the placeholder %s)" % url
             return
+        self._source = url
+        try:
+            self._keys = sg.load_keys()
+        except sg.SignatureProblem as exc:   # fail closed: without a trusted key nothing can be installed
+            self._failed(now, "signature", "update check: %s" % exc)
+            return
         self._sink = MemorySink(mf.MAX_MANIFEST_BYTES)
+        self._sig_sink = None
         self._req = HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
         self.phase = CHECKING
 
     def _check_step(self, now):
+        """Fetch the manifest, then its detached signature; then verify (VERIFYING) before anything parses it."""
         req = self._req
         if req.poll(now):
             return
         self._req = None
         self.phase = IDLE
-        t = self._clock.time() if self._clock is not None and self._clock.synced else None
         if req.error is not None:
+            if self._sig_sink is not None:
+                self._sink = self._sig_sink = None
+                self._manifest_data = None
+                if req.error.reason == "http":
+                    self._failed(now, "signature", "update check: no signature for the manifest (%s): refused, only "
+                                 "signed releases are installed" % req.error.message)
+                else:
+                    self._failed(now, req.error.reason, "update check failed fetching the signature: "
+                                 + req.error.message)
+                return
             self._failed(now, req.error.reason, "update check failed: " + req.error.message)
             return
+        if self._sig_sink is None:
+            self._manifest_data = bytes(self._sink.data)
+            self._sink = self._sig_sink = MemorySink(256)
+            self._req = HttpGet(self._pool, _sig_url(self._source), self._sig_sink, self._buf, self._ssl_factory)
+            self.phase = CHECKING
+            return
+        data = self._sig_sink.data
+        self._sink = self._sig_sink = None
         try:
-            m = mf.parse_manifest(bytes(self._sink.data))
+            sig = sg.parse_signature(data)
+        except sg.SignatureProblem as exc:
+            self._manifest_data = None
+            self._failed(now, "signature", "update check: bad signature file: %s: refused" % exc)
+            return
+        self._sig_check = sg.ManifestSignatureCheck(self._manifest_data, sig, self._keys)
+        self.phase = VERIFYING
+
+    def _verify_step(self, now):
+        """A slice of the signature check per poll (docs/ota.md: about 90 polls); then the manifest is read."""
+        chk = self._sig_check
+        for _ in range(self.verify_steps_per_poll):
+            if chk.step():
+                break
+        else:
+            return
+        self._sig_check = None
+        data = self._manifest_data
+        self._manifest_data = None
+        self.phase = IDLE
+        if not chk.ok:
+            self._failed(now, "signature", "update check: the manifest's signature is wrong: %s: refused"
+                         % chk.error)
+            return
+        self._checked_manifest(now, data)
+
+    def _checked_manifest(self, now, data):
+        """A signed manifest: validate it and decide what to offer."""
+        t = self._clock.time() if self._clock is not None and self._clock.synced else None
+        try:
+            m = mf.parse_manifest(data)
         except mf.ManifestError as exc:
             self._failed(now, "manifest", "update check: bad manifest: %s" % exc)
             return
-        self._sink = None
+        except (MemoryError, RuntimeError) as exc:   # a signed manifest still must not fault the module
+            self._failed(now, "manifest", "update check: manifest cannot be read: %r" % exc)
+            return
+        m["source"] = self._source
         self.last_checked = t or 0
         self.server_version = m["version"]
+        refused = self._refusal(m)
+        if refused is not None:
+            self.available = None
+            self.message = refused
+            if self.last_error != "rolled_back":
+                self.last_error = ""
+            self._note("warning", "ota: %s", refused)
+            self._install_after_check = False
+            return
         if mf.is_newer(m["version"], self.version):
             self.available = m
             self.message = "Version %s is available" % m["version"]
             if self.last_error != "rolled_back":
                 self.last_error = ""
-            bad = m["version"] in self.bad
-            if bad:
-                self.message += " (it was rolled back here before: not installed automatically)"
             self._note("info", "ota: %s", self.message)
-            if self._install_after_check and not (bad and self._auto):
+            if self._install_after_check:
                 why = self._install_blocker()
                 if why is None and self._attempts.get(m["version"], 0) < self.max_attempts:
                     self._begin_install(now, auto=self._auto)
@@ -335,6 +457,19 @@ class OtaService(Module):
             if self.last_error != "rolled_back":
                 self.last_error = ""
         self._install_after_check = False
+
+    def _refusal(self, m):
+        """Why a newer signed version is not offered (rolled back here, below the floor), or None."""
+        v = m["version"]
+        if not mf.is_newer(v, self.version):
+            return None
+        if v in self.bad:
+            return ("Version %s was rolled back here: it is not offered again until a newer version appears "
+                    "(running %s)" % (v, self.version))
+        if self.floor and mf.is_newer(self.floor, v):
+            return ("Version %s is below %s, the minimum version of a release installed here: refused (a "
+                    "downgrade to a version with a known hole)" % (v, self.floor))
+        return None
 
     def _failed(self, now, reason, message):
         """A failed check or install: the running version is untouched; report and retry later."""
@@ -424,7 +559,7 @@ class OtaService(Module):
                 self._failed(now, reason, "cannot stage %s: %s" % (path, exc))
                 return
             self._writer = HashingWriter(f, size, sha, path)
-            url = resolve(self._url(), self.available["base"] + path)
+            url = resolve(self.available["source"], self.available["base"] + path)
             self._req = HttpGet(self._pool, url, self._writer, self._buf, self._ssl_factory)
             self._req_base = self.progress[0]
         req = self._req
@@ -448,7 +583,7 @@ class OtaService(Module):
         if self._flush is not None:
             self._flush("ota")
         doc = {"phase": "switch", "from": self.version, "to": m["version"],
-               "files": [p for p, _s, _h in self._changed], "new": list(self._new)}
+               "files": [p for p, _s, _h in self._changed], "new": list(self._new), "min": m["min_version"]}
         fs = self._boot.DriveFs()
         try:
             self._boot.write_journal(fs, doc)
@@ -474,9 +609,15 @@ class OtaService(Module):
             self._healthy_since = now
             return
         if ticks_diff(now, self._healthy_since) >= self.healthy_after_ms:
+            self._raise_floor(self.trial.get("min"))
             self._boot.drop_journal(self._boot.DriveFs())
-            self._note("info", "ota: %s proved healthy and is kept", self.trial.get("to"))
-            self.updated = "Updated from %s to %s" % (self.trial.get("from"), self.trial.get("to"))
+            to = self.trial.get("to")
+            # Name the version that runs (core/version.py of the files installed), not only the one announced.
+            self._note("info", "ota: %s proved healthy and is kept", self.version)
+            self.updated = "Updated from %s to %s" % (self.trial.get("from"), self.version)
+            if to != self.version:
+                self.updated += " (the release was announced as %s)" % to
+                self._note("warning", "ota: the update to %s runs version %s", to, self.version)
             self.message = self.updated
             self.trial = None
             self.phase = IDLE
@@ -484,6 +625,22 @@ class OtaService(Module):
             if self._led is not None:
                 self._led.set("OTA_ACTIVE", False)
             self._queue_cleanup()
+
+    def _raise_floor(self, min_version):
+        """Keep the highest min_version installed (ota/floor); it never goes down."""
+        if not isinstance(min_version, str) or not _valid_version(min_version):
+            return
+        if self.floor and not mf.is_newer(min_version, self.floor):
+            return
+        try:
+            _makedirs(FLOOR)
+            with open(FLOOR + ".tmp", "w") as f:
+                f.write(json.dumps(min_version))
+            remove_quiet(FLOOR)
+            os.rename(FLOOR + ".tmp", FLOOR)
+            self.floor = min_version
+        except OSError as exc:
+            self._note("error", "ota: cannot store the minimum version %s: %s", min_version, exc)
 
     def _queue_cleanup(self):
         """Remove what an earlier update left in ota/stage and ota/prev (only when no journal needs them)."""
