@@ -425,7 +425,8 @@ class Rtc:
 TEMPLATE = %r
 bus = Bus()
 pool = Pool()
-c = clock.Clock(pool, Settings(), bus=bus, rtc=Rtc(), server="down.example", backups=("ntp.example:4123",))
+rtc = Rtc()
+c = clock.Clock(pool, Settings(), bus=bus, rtc=rtc, server="down.example", backups=("ntp.example:4123",))
 c.TABLE = "/input/core/tz.dat"
 c.start()
 now = 1000
@@ -439,7 +440,8 @@ print("LOCAL", c.offset_min(c.time(now)), c.local(c.time(now)) - c.time(now))
 d = c.describe()
 print("DESC", d["synced"], d["timezone"], d["utc_offset_min"], d["state"] == module.OK)
 import time
-print("RTC", c.counters.get("rtc_errors", 0), hasattr(time, "struct_time"), Rtc.datetime is not None)
+# The instance's datetime: Clock sets rtc.datetime (the class attribute stays None whatever happens).
+print("RTC", c.counters.get("rtc_errors", 0), hasattr(time, "struct_time"), rtc.datetime is not None)
 """ % (template, E2030)
     with MicroVM() as vm:
         out, _fuel = vm.run(code)

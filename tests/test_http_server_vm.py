@@ -10,14 +10,15 @@ from tools.mpvm import MicroVM
 
 PRELUDE = r"""
 import sys, time, errno
-class _Time:
-    # MicroPython's time has no monotonic; CircuitPython's has (adafruit_httpserver imports it).
-    sleep = time.sleep
-    def monotonic(self):
-        return time.ticks_ms() / 1000
-    def monotonic_ns(self):
-        return time.ticks_ms() * 1000000
-sys.modules["time"] = _Time()
+if not hasattr(time, "monotonic"):
+    # MicroPython's time has no monotonic (CircuitPython's has, and no ticks_ms): adafruit_httpserver needs it.
+    class _Time:
+        sleep = time.sleep
+        def monotonic(self):
+            return time.ticks_ms() / 1000
+        def monotonic_ns(self):
+            return time.ticks_ms() * 1000000
+    sys.modules["time"] = _Time()
 
 class FakeConn:
     def __init__(self, script):

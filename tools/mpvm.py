@@ -19,7 +19,15 @@ try:
 _EPILOGUE = """
 except BaseException as __exc:
     print("@@VM-EXCEPTION@@")
-    sys.print_exception(__exc, sys.stdout)
+    # MicroPython has sys.print_exception; CircuitPython has only traceback.print_exception.
+    if hasattr(sys, "print_exception"):
+        sys.print_exception(__exc, sys.stdout)
+    else:
+        try:
+            import traceback
+            traceback.print_exception(__exc, file=sys.stdout)
+        except Exception:
+            print(repr(__exc))
 """
 
 
