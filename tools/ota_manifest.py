@@ -3,13 +3,16 @@
 Writes the update manifest (docs/ota.md) for the application files in SRC: code.py, core/, drivers/, meter/,
 services/, web/ with their sizes and SHA-256, and with --key its detached Ed25519 signature (<out>.sig): the device
 installs signed releases only. boot.py is never listed (it is the rollback anchor). Without --key the unsigned
-manifest goes to standard output (to sign elsewhere: --sign-only MANIFEST --key PRIVATE)."""
+manifest goes to standard output (to sign elsewhere: --sign-only MANIFEST --key PRIVATE). With --archive FILE also
+the release as one file for POST /api/v1/ota/upload (tar: manifest.json, manifest.json.sig, then the files)."""
 
 import argparse
 import hashlib
 import json
 import os
+import io
 import sys
+import tarfile
 import time
 
 APP_FOLDERS = ("core", "drivers", "meter", "services", "web")
@@ -44,6 +47,24 @@ def write_signed(path, manifest, private_key):
     return data
 
 
+def make_archive(path, src, manifest_bytes, signature_text):
+    """The upload archive: a ustar file of manifest.json, manifest.json.sig and every file the manifest lists."""
+    manifest = json.loads(manifest_bytes)
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in (("manifest.json", manifest_bytes), ("manifest.json.sig", signature_text.encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        for entry in manifest["files"]:
+            with open(os.path.join(src, entry["path"]), "rb") as f:
+                data = f.read()
+            info = tarfile.TarInfo(entry["path"])
+            info.size = len(data)
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+
+
 def make_manifest(src, version, base="", notes_de="", notes_en="", release_date=None, min_version=""):
     """The manifest dict for the application files in src."""
     files = []
@@ -63,6 +84,7 @@ def main(argv=None):
     p.add_argument("version", nargs="?")
     p.add_argument("--key", help="PEM private key from python -m tools.ota_keygen: sign the manifest")
     p.add_argument("--out", default="manifest.json", help="with --key: the manifest file (signature: OUT.sig)")
+    p.add_argument("--archive", metavar="FILE", help="with --key: also the release as one archive for ota/upload")
     p.add_argument("--sign-only", metavar="MANIFEST", help="sign an existing manifest file as it is (needs --key)")
     p.add_argument("--base", default="")
     p.add_argument("--min-version", default="", help="no device that installed this release goes below it")
@@ -86,9 +108,15 @@ def main(argv=None):
     if a.key:
         from tools.ota_keygen import load_private
 
-        write_signed(a.out, manifest, load_private(a.key))
+        data = write_signed(a.out, manifest, load_private(a.key))
         print("wrote %s and %s.sig (%d files)" % (a.out, a.out, len(manifest["files"])), file=sys.stderr)
+        if a.archive:
+            with open(a.out + ".sig") as f:
+                make_archive(a.archive, a.src, data, f.read())
+            print("wrote %s" % a.archive, file=sys.stderr)
         return 0
+    if a.archive:
+        p.error("--archive needs --key")
     json.dump(manifest, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -1,8 +1,10 @@
-"""OTA routes: GET /ota/check answers from the last check (and starts one when it is old), POST /ota/start installs."""
+"""OTA routes: GET /ota/check answers from the last check (and starts one when it is old), POST /ota/start installs,
+POST /ota/upload?offset=N takes a release archive piece by piece (docs/ota.md)."""
 
 from adafruit_httpserver import GET, POST, JSONResponse, Route
 
 from core.version import VERSION
+from services.api.server import ApiError, ascii_uint, query, status
 
 
 def routes(app):
@@ -22,7 +24,17 @@ def routes(app):
             return JSONResponse(request, ota.start_update())
         return JSONResponse(request, {"ok": False, "update_available": False, "message": "No update available"})
 
+    def ota_upload(request):
+        if ota is None:
+            raise ApiError(503, "Updates are not available on this device")
+        offset = ascii_uint(query(request, "offset") or "")
+        if offset is None:
+            raise ApiError(400, "offset must be the byte offset of this piece in the archive (0 starts an upload)")
+        code, answer = ota.upload_piece(offset, request.body or b"")
+        return JSONResponse(request, answer, status=status(code))
+
     return [
         Route("/api/v1/ota/check", GET, ota_check),
         Route("/api/v1/ota/start", POST, ota_start),
+        Route("/api/v1/ota/upload", POST, ota_upload),
     ]

@@ -11,7 +11,8 @@ from core.url import resolve
 from services.ota import manifest as mf
 from services.ota import signature as sg
 from services.ota.http_get import HttpGet
-from services.ota.stream import FileHasher, HashingWriter, MemorySink
+from services.ota.stream import DownloadError, FileHasher, HashingWriter, MemorySink
+from services.ota.upload import MANIFEST, SIGNATURE, ArchiveError, ArchiveReader
 
 # The journal format is boot.py's (the anchor that performs the switch); docs/ota.md.
 JOURNAL = "ota/journal"
@@ -24,6 +25,9 @@ FLOOR = "ota/floor"     # the highest min_version of a release installed here (o
 IDLE = "idle"
 CHECKING = "checking"
 VERIFYING = "verifying"
+UPLOADING = "uploading"
+# The largest archive: manifest, signature and every file with its tar header and padding.
+MAX_UPLOAD_BYTES = mf.MAX_MANIFEST_BYTES + mf.MAX_TOTAL_BYTES + 1024 * (mf.MAX_FILES + 3)
 PLANNING = "planning"
 DOWNLOADING = "downloading"
 RESTARTING = "restarting"
@@ -64,6 +68,58 @@ def _sig_url(url):
     """Where the detached signature of the manifest at url is: <url>.sig (before a query)."""
     q = url.find("?")
     return url + sg.SIG_SUFFIX if q < 0 else url[:q] + sg.SIG_SUFFIX + url[q:]
+
+
+class _Collect(MemorySink):
+    """A small archive member kept in RAM (the manifest, its signature); done(data) when complete."""
+
+    def __init__(self, limit, what, done):
+        MemorySink.__init__(self, limit)
+        self._what = what
+        self._done = done
+
+    def write(self, chunk):
+        if len(self.data) + len(chunk) > self.limit:
+            raise DownloadError("oversized", "%s larger than %d bytes" % (self._what, self.limit))
+        self.data.extend(chunk)
+
+    def finish(self):
+        self._done(bytes(self.data))
+
+
+class _Staged:
+    """An uploaded file streamed into ota/stage through the size and SHA-256 check; done(path) when verified."""
+
+    def __init__(self, writer, path, done):
+        self._w = writer
+        self._path = path
+        self._done = done
+
+    def write(self, chunk):
+        self._w.write(chunk)
+
+    def finish(self):
+        self._w.finish()
+        self._done(self._path)
+
+    def abort(self):
+        self._w.abort()
+
+
+class _Upload:
+    """The state of one upload (POST /ota/upload pieces)."""
+
+    def __init__(self, now, keys):
+        self.received = 0
+        self.last = now
+        self.keys = keys
+        self.manifest_data = None
+        self.manifest = None     # the verified, validated manifest
+        self.files = None        # {path: (size, sha256)} of the verified manifest
+        self.staged = []
+        self.verifying = False
+        self.complete = False    # every file staged: commit at the next poll
+        self.reader = None
 
 
 def _is_dir(path):
@@ -122,6 +178,9 @@ class OtaService(Module):
         self._sig_sink = None
         self._sig_check = None
         self.verify_steps_per_poll = 1
+        self._upload = None
+        self._upload_refusal = None  # (status, answer) of the last refused upload, until a new one starts
+        self.upload_idle_ms = 60000  # an upload without a piece for this long is dropped
         self.trial = None           # the journal while a new version proves itself
         self._req = None
         self._sink = None
@@ -180,6 +239,8 @@ class OtaService(Module):
 
     def stop(self):
         self._cancel_request()
+        if self._upload is not None and self._upload.reader is not None:
+            self._upload.reader.abort()
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
@@ -230,7 +291,7 @@ class OtaService(Module):
     def _follow_url(self):
         """A changed ota.url drops what the old server offered (and a check still talking to it) and checks the new
         one at once: an offer is only ever installed from the server it came from."""
-        if self._source is None or self._url() == self._source:
+        if self._source is None or self._url() == self._source or self._upload is not None:
             return
         if self.phase not in (IDLE, CHECKING, VERIFYING):
             return   # an install already under way finishes from the manifest it verified
@@ -265,6 +326,8 @@ class OtaService(Module):
     def _install_blocker(self):
         if self.phase == TRIAL:
             return "The last update is still proving itself; try again in a few minutes"
+        if self._upload is not None:
+            return "Busy: a release is being uploaded"
         if self.available is None:
             return "No update available" + (" (" + self.message + ")" if self.message else "")
         if self.phase != IDLE:
@@ -288,6 +351,9 @@ class OtaService(Module):
             return
         if self.phase == TRIAL:
             self._trial_step(now_ms)
+            return
+        if self._upload is not None:
+            self._upload_step(now_ms)
             return
         if self.phase == IDLE or self.phase == CHECKING or self.phase == VERIFYING:
             self._follow_url()
@@ -670,6 +736,209 @@ class OtaService(Module):
             else:
                 remove_quiet(path)
             self._cleanup.pop()
+
+    # ------------------------------------------------------------------ upload (POST /ota/upload)
+
+    def upload_piece(self, offset, data):
+        """One piece of an uploaded release archive at byte offset; offset 0 starts a new upload. Returns (HTTP
+        status, answer): 200 taken (received says how much of the archive the device has), 409 send again from
+        received (offset mismatch, busy, verifying), 400 refused (the upload is dropped, nothing stays staged)."""
+        up = self._upload
+        if offset == 0:
+            if up is not None:
+                self._upload_fail("cancelled", "a new upload replaced an unfinished one", quiet=True)
+            why = self._upload_blocker()
+            if why is not None:
+                return 409, self._upload_answer(False, 0, why)
+            try:
+                keys = sg.load_keys()
+            except sg.SignatureProblem as exc:
+                return 400, self._upload_answer(False, 0, "Upload refused: %s" % exc, "signature")
+            self._upload_refusal = None
+            up = self._upload = _Upload(self._now, keys)
+            up.reader = ArchiveReader(self._upload_member, self._upload_end, lambda: up.verifying or up.complete)
+            self.phase = UPLOADING
+            self.progress = [0, 0]
+            self.message = "Receiving an uploaded release"
+            if self._led is not None:
+                self._led.set("OTA_ACTIVE")
+            self._note("info", "ota: upload started")
+        if up is None:
+            if self._upload_refusal is not None:
+                return self._upload_refusal
+            return 409, self._upload_answer(False, 0, "No upload in progress: start at offset 0")
+        if offset != up.received:
+            return 409, self._upload_answer(False, up.received, "Expected offset %d" % up.received)
+        if up.received + len(data) > MAX_UPLOAD_BYTES:
+            return self._upload_fail("oversized", "the archive is larger than %d bytes" % MAX_UPLOAD_BYTES)
+        up.last = self._now
+        try:
+            took = up.reader.feed(data)
+        except ArchiveError as exc:
+            return self._upload_fail("archive", str(exc))
+        except DownloadError as exc:
+            return self._upload_fail(exc.reason, exc.message)
+        except sg.SignatureProblem as exc:
+            return self._upload_fail("signature", "%s" % exc)
+        except mf.ManifestError as exc:
+            return self._upload_fail("manifest", "bad manifest: %s" % exc)
+        except OSError as exc:
+            reason = "drive_full" if exc.args and exc.args[0] == 28 else "drive"
+            return self._upload_fail(reason, "cannot stage: %s" % exc)
+        except (MemoryError, RuntimeError) as exc:
+            return self._upload_fail("memory", "%r" % exc)
+        up.received += took
+        self.progress[0] = up.received
+        if took < len(data) and up.verifying:
+            return 409, self._upload_answer(True, up.received, "Checking the signature: send the rest again "
+                                                                "in a moment")
+        if up.complete:
+            return 200, self._upload_answer(True, up.received, "Every file is staged and verified: installing "
+                                                               "(the device restarts)", done=True)
+        return 200, self._upload_answer(True, up.received, self.message)
+
+    def _upload_blocker(self):
+        if self.phase == TRIAL:
+            return "The last update is still proving itself; try again in a few minutes"
+        if self.phase != IDLE:
+            return "Busy: " + self.phase
+        if not exists("code.py"):
+            return "The application is not on the drive (host runtime without --app-on-drive): nothing to replace"
+        if self._cleanup or exists("ota/stage") or exists("ota/prev"):
+            if not self._cleanup:
+                self._queue_cleanup()
+            return "Busy: removing what an earlier update left; send again in a moment"
+        return None
+
+    def _upload_answer(self, ok, received, message, error="", done=False):
+        return {"ok": ok, "received": received, "state": self.phase, "message": message,
+                "error": error or ("" if ok else self.last_error), "done": done}
+
+    def _upload_fail(self, reason, why, quiet=False):
+        """Drop the upload: nothing it staged stays (removed over the next polls); report; (400, answer)."""
+        up = self._upload
+        self._upload = None
+        if up is not None and up.reader is not None:
+            up.reader.abort()
+        self._sig_check = None
+        self.phase = IDLE
+        self._queue_cleanup()
+        if self._led is not None:
+            self._led.set("OTA_ACTIVE", False)
+        if quiet:
+            return None
+        self.last_error = reason
+        self.message = "Upload refused: " + why
+        self.state = WARN
+        self.count("failures")
+        self._note("warning", "ota: %s", self.message)
+        self._upload_refusal = (400, self._upload_answer(False, up.received if up is not None else 0, self.message,
+                                                         reason))
+        return self._upload_refusal
+
+    def _upload_member(self, name, size):
+        up = self._upload
+        if up.manifest_data is None:
+            if name != MANIFEST:
+                raise ArchiveError("the archive must start with %s (found %s)" % (MANIFEST, name))
+            if size > mf.MAX_MANIFEST_BYTES:
+                raise DownloadError("oversized", "manifest larger than %d bytes" % mf.MAX_MANIFEST_BYTES)
+            return _Collect(mf.MAX_MANIFEST_BYTES, MANIFEST, self._upload_got_manifest)
+        if up.manifest is None:
+            if name != SIGNATURE:
+                raise sg.SignatureProblem("the archive has no signature (%s must follow %s, found %s): only "
+                                          "signed releases are installed" % (SIGNATURE, MANIFEST, name))
+            return _Collect(256, SIGNATURE, self._upload_got_signature)
+        if name not in up.files:
+            raise ArchiveError("%s is not in the manifest" % name)
+        if name in up.staged:
+            raise ArchiveError("%s is in the archive twice" % name)
+        want, sha = up.files[name]
+        if size != want:
+            raise DownloadError("oversized" if size > want else "truncated",
+                                "%s: %d bytes in the archive, the manifest says %d" % (name, size, want))
+        path = STAGE + name
+        _makedirs(path)
+        return _Staged(HashingWriter(open(path, "wb"), size, sha, name), name, up.staged.append)
+
+    def _upload_got_manifest(self, data):
+        self._upload.manifest_data = data
+
+    def _upload_got_signature(self, data):
+        up = self._upload
+        self._sig_check = sg.ManifestSignatureCheck(up.manifest_data, sg.parse_signature(data), up.keys)
+        up.verifying = True
+        self.phase = VERIFYING
+        self.message = "Checking the signature of the uploaded release"
+
+    def _upload_end(self):
+        up = self._upload
+        if up.manifest is None:
+            raise ArchiveError("the archive ended before the manifest and its signature")
+        missing = [p for p in up.files if p not in up.staged]
+        if missing:
+            raise ArchiveError("%d files of %s missing, e.g. %s" % (len(missing), up.manifest["version"],
+                                                                   sorted(missing)[0]))
+        up.complete = True
+
+    def _upload_step(self, now):
+        """Between pieces: the signature check in slices, the commit once complete, the idle timeout."""
+        up = self._upload
+        if up.complete:
+            m = up.manifest
+            self.available = m
+            self._changed = list(m["files"])
+            self._new = [p for p, _s, _h in m["files"] if not exists(p)]
+            self._upload = None
+            self.phase = IDLE
+            self._note("info", "ota: upload of %s complete (%d files)", m["version"], len(m["files"]))
+            self._commit(now)
+            return
+        if up.verifying:
+            chk = self._sig_check
+            for _ in range(self.verify_steps_per_poll):
+                if chk.step():
+                    break
+            else:
+                return
+            self._sig_check = None
+            if not chk.ok:
+                self._upload_fail("signature", "the manifest's signature is wrong: %s" % chk.error)
+                return
+            try:
+                m = mf.parse_manifest(up.manifest_data)
+            except mf.ManifestError as exc:
+                self._upload_fail("manifest", "bad manifest: %s" % exc)
+                return
+            except (MemoryError, RuntimeError) as exc:
+                self._upload_fail("manifest", "manifest cannot be read: %r" % exc)
+                return
+            m["source"] = "upload"
+            why = self._refusal(m)
+            if why is None and not mf.is_newer(m["version"], self.version):
+                why = "version %s is not newer than the running %s" % (m["version"], self.version)
+            if why is not None:
+                self._upload_fail("version", why)
+                return
+            free = self._free_bytes()
+            need = m["total"] + self.space_margin
+            if free is not None and free < need:
+                self._upload_fail("drive_full", "not enough space on the drive: %d bytes free, %d needed"
+                                  % (free, need))
+                return
+            up.manifest = m
+            up.files = {}
+            for path, size, sha in m["files"]:
+                up.files[path] = (size, sha)
+            up.manifest_data = b""
+            up.verifying = False
+            self.phase = UPLOADING
+            self.progress[1] = m["total"]
+            self.message = "Receiving %s (%d files, signature good)" % (m["version"], len(m["files"]))
+            self._note("info", "ota: uploaded manifest of %s is signed by a trusted key", m["version"])
+            return
+        if _expired(now, up.last, self.upload_idle_ms):
+            self._upload_fail("network", "no piece for %d s" % (self.upload_idle_ms // 1000))
 
     def describe(self):
         d = Module.describe(self)
