@@ -16,9 +16,9 @@ from adafruit_ticks import ticks_add, ticks_diff
 from core.bus import Bus
 from meter.reading import Reading
 from services.cloud.pairing import Pairing, token_hash
-from services.cloud.service import CONNECTED, OFF, WAIT_RETRY, CloudService, reading_line
+from services.cloud.service import CONNECTED, CONNECTING, OFF, WAIT_RETRY, CloudService, reading_line
 from tests.hostproc import HostProcess, http_request
-from tests.mqtt_peers import device_ssl, make_ca
+from tests.mqtt_peers import device_ssl, full_backlog_listener, make_ca
 
 TOKEN = "WW-4711abcd"
 
@@ -116,10 +116,9 @@ def make_service(certs, settings, tmp_path):
     pairing.load()
     svc = CloudService(socketpool.SocketPool(None), bus, settings, pairing, "02aabbccddee", "0.2.0",
                        ssl_factory=device_ctx_factory(certs))
-    # No test here is about these two deadlines, and spin() runs simulated time 25 times faster than real time:
-    # the 10 s welcome deadline would give the server thread 0.4 s to answer, and the TLS connect (real time)
-    # 2 s. spin()'s own limit bounds the wait instead.
-    svc.connect_timeout_s = 30.0
+    # Most tests here are not about these two deadlines, and spin() runs simulated time 25 times faster than real
+    # time: the 10 s deadlines would give the server thread 0.4 s. spin()'s own limit bounds the wait instead.
+    svc.connect_timeout_ms = 3600000
     svc.welcome_timeout_ms = 3600000
     return svc, bus, pairing
 
@@ -206,6 +205,31 @@ def test_a_silent_cloud_is_left_after_the_welcome_deadline_across_the_tick_wrap(
         assert server.lines == [server.lines[0]] and server.lines[0]["t"] == "hello"
     finally:
         server.close()
+
+
+def test_a_black_holed_cloud_never_blocks_a_poll_and_is_left_after_the_connect_deadline(certs, tmp_path):
+    """The cloud's host drops SYNs (a full accept queue): every poll returns at once while the connect goes on,
+    and after connect_timeout_ms (counted across the ticks wrap) the socket is closed and a retry waits."""
+    port, held = full_backlog_listener()
+    try:
+        s = Settings(**{"cloudIotEnabled": True, "cloud.port": port})
+        svc, _bus, pairing = make_service(certs, s, tmp_path)
+        svc.connect_timeout_ms = CloudService.connect_timeout_ms       # the deadline under test
+        pairing.pair(TOKEN)
+        before = socketpool.open_count()
+        now = ticks_add(0, -3000)                                       # 3 s before the wrap
+        start = now
+        svc.poll(now)
+        assert svc.conn_state == CONNECTING and socketpool.open_count() == before + 1   # not waiting on it
+        while svc.conn_state == CONNECTING:
+            now = ticks_add(now, 250)
+            svc.poll(now)
+        assert ticks_diff(now, start) >= 10000 and now < start          # the 10 s, past the wrap
+        assert svc.conn_state == WAIT_RETRY and "timed out after 10 s" in svc.last_error
+        assert socketpool.open_count() == before and svc._retry_at is not None
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_an_untrusted_certificate_is_refused(certs, tmp_path):

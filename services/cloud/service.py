@@ -7,12 +7,13 @@ from adafruit_ticks import ticks_add, ticks_less
 from micropython import const
 
 from core.module import OK, WARN, Module
-from core.sockets import close_quietly
+from core.sockets import close_quietly, connect_step
 from meter.decimal import to_str
 
 OFF = "OFF"
 WAIT_RETRY = "WAIT_RETRY"
-HELLO = "HELLO"
+CONNECTING = "CONNECTING"   # the TCP connect, one non-blocking step per poll
+HELLO = "HELLO"             # TLS handshake (inside send/recv) and hello, until the welcome
 CONNECTED = "CONNECTED"
 
 _EAGAIN = errno.EAGAIN
@@ -43,7 +44,7 @@ class CloudService(Module):
     ssl_factory (ssl.create_default_context), clock (for timestamps, may be None), log."""
 
     name = "cloud"
-    connect_timeout_s = 2.0     # TCP connect + TLS handshake: the one blocking step
+    connect_timeout_ms = 10000  # TCP connect, stepped without blocking; the handshake counts to the welcome's
     welcome_timeout_ms = 10000
     backoff_first_ms = 30000
     backoff_max_ms = 600000
@@ -73,6 +74,8 @@ class CloudService(Module):
         self._deadline = 0
         self._next_push = 0
         self._stall_at = None
+        self._addr = None
+        self._host = ""
         self.sent = 0
 
     @property
@@ -128,6 +131,9 @@ class CloudService(Module):
             if self._retry_at is None or not ticks_less(now_ms, self._retry_at):
                 self._open(now_ms)
             return
+        if self.conn_state == CONNECTING:
+            self._connecting(now_ms)
+            return
         self._flush(now_ms)
         if self._sock is None:
             return
@@ -159,19 +165,39 @@ class CloudService(Module):
             self._fail(now, "no socket: %s" % exc)
             return
         self._sock = sock
+        self._addr = addr
+        self._host = host
+        if self._ssl_factory is None:
+            self._fail(now, "this build has no ssl module: the cloud needs TLS")
+            return
+        # Never a blocking connect: a host that drops SYNs would hold the whole loop for the connect timeout.
+        sock.setblocking(False)
+        self.conn_state = CONNECTING
+        self._deadline = ticks_add(now, self.connect_timeout_ms)
+        self._connecting(now)
+
+    def _connecting(self, now):
+        """One step of the TCP connect; once up, TLS is wrapped round it and the hello queued."""
+        port = self._cfg[2]
         try:
-            if self._ssl_factory is None:
-                raise ValueError("this build has no ssl module: the cloud needs TLS")
-            sock = self._ssl_factory().wrap_socket(sock, server_hostname=host)
-            self._sock = sock
-            sock.settimeout(self.connect_timeout_s)
-            sock.connect(addr)
-            sock.settimeout(0)
+            up = connect_step(self._sock, self._addr)
+        except OSError as exc:
+            self._fail(now, "TCP connect to %s:%d failed: %s" % (self._host, port, exc))
+            return
+        if not up:
+            if not ticks_less(now, self._deadline):
+                self._fail(now, "TCP connect to %s:%d timed out after %d s"
+                           % (self._host, port, self.connect_timeout_ms // 1000))
+            return
+        try:
+            # Connected and non-blocking: mbedTLS (and the host's ssl stand-in) runs the handshake step by step
+            # inside the following send/recv_into calls, each returning EAGAIN until it is done.
+            self._sock = self._ssl_factory().wrap_socket(self._sock, server_hostname=self._host)
         except (OSError, RuntimeError, ValueError) as exc:
-            self._fail(now, "TLS connect to %s:%d failed: %s" % (host, port, exc))
+            self._fail(now, "TLS connect to %s:%d failed: %s" % (self._host, port, exc))
             return
         self._out = ('{"t":"hello","v":%d,"device":"%s","fw":"%s","pair":"%s"}\n'
-                     % (PROTOCOL, self._device_id, self._version, token_hash)).encode()
+                     % (PROTOCOL, self._device_id, self._version, self._cfg[3])).encode()
         self.conn_state = HELLO
         self._deadline = ticks_add(now, self.welcome_timeout_ms)
         self.count("connects")
@@ -187,7 +213,7 @@ class CloudService(Module):
             if _code(exc) == _EAGAIN:
                 n = 0
             else:
-                self._fail(now, "send failed: %s" % exc)
+                self._fail(now, self._what() + "send failed: %s" % exc)
                 return
         self._out = self._out[n:]
         if not self._out:
@@ -199,6 +225,10 @@ class CloudService(Module):
         elif not ticks_less(now, self._stall_at):
             self._fail(now, "send stalled for %d s" % (self.send_stall_ms // 1000))
 
+    def _what(self):
+        """Prefix of a failure before the welcome: the TLS handshake runs inside those sends and receives."""
+        return "TLS connect to %s:%d failed: " % (self._host, self._cfg[2]) if self.conn_state == HELLO else ""
+
     def _receive(self, now):
         try:
             n = self._sock.recv_into(self._buf)
@@ -209,7 +239,7 @@ class CloudService(Module):
             if code in (_ENOTCONN_DEV, errno.ENOTCONN):
                 n = 0
             else:
-                self._fail(now, "connection lost: %s" % exc)
+                self._fail(now, self._what() + "connection lost: %s" % exc)
                 return
         if n == 0:
             self._fail(now, "the cloud closed the connection")

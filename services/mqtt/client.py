@@ -10,10 +10,10 @@
 #   the call ends once its packet is queued, and the answer is handled when read() frames it.
 # Nothing here sleeps or retries: timeouts, ping schedule and reconnect backoff belong to the service.
 
-import errno
-
 from adafruit_minimqtt import adafruit_minimqtt as mm
 from micropython import const
+
+from core.sockets import EAGAIN, ENOTCONN, ETIMEDOUT, connect_step, errno_of
 
 PINNED_VERSION = "8.1.0"   # the private methods overridden below (_connect, _send_bytes, ...) are this version's
 VERSION = mm.__version__
@@ -23,14 +23,10 @@ ERR_CONNACK = const(1000)        # + the broker's CONNACK return code 1..5
 ERR_CLOSED = const(2006)
 ERR_PROTOCOL = const(2007)
 
-# errno values: the errno module's (CPython, and the names CircuitPython has) and newlib's, which the ESP32's
-# lwIP sockets raise on the device (ESP-IDF uses newlib's sys/errno.h).
-_EAGAIN = errno.EAGAIN
-_ETIMEDOUT = (const(110), const(116))
-_EINPROGRESS = (const(115), const(119))
-_EALREADY = (const(114), const(120))
-_EISCONN = (const(106), const(127))
-_ENOTCONN = (const(107), const(128))
+# errno values of both platforms (core/sockets.py)
+_EAGAIN = EAGAIN
+_ETIMEDOUT = ETIMEDOUT
+_ENOTCONN = ENOTCONN
 _ECONNRESET = const(104)   # the same in both
 
 _T_CONNACK = const(0x20)
@@ -54,13 +50,6 @@ class LinkError(Exception):
 
 class Pending(Exception):
     """minimqtt would wait for an answer here; the answer is handled when read() frames it."""
-
-
-def errno_of(exc):
-    """The error number of an OSError (CircuitPython puts it in args[0]), 0 when it has none."""
-    if exc.args and isinstance(exc.args[0], int):
-        return exc.args[0]
-    return 0
 
 
 def _would_block(err):
@@ -139,18 +128,13 @@ class HardenedMQTT(mm.MQTT):
         if self._tcp_up:
             return True
         try:
-            # CircuitPython: a non-blocking connect raises ETIMEDOUT at once and keeps connecting; calling it
-            # again raises EALREADY while that goes on, EISCONN once connected. CPython: EINPROGRESS, then
-            # EALREADY, then returns (or EISCONN).
-            self._raw.connect(self._addr)
+            if not connect_step(self._raw, self._addr):
+                return False
         except OSError as exc:
             err = errno_of(exc)
-            if err == _EAGAIN or err in _ETIMEDOUT or err in _EINPROGRESS or err in _EALREADY:
-                return False
-            if err not in _EISCONN:
-                if err in _ENOTCONN:  # lwIP reports a failed connect only as "not connected"
-                    raise LinkError(err, "connection refused or host unreachable")
-                raise LinkError(err or ERR_PROTOCOL, "connect failed: %s" % exc)
+            if err in _ENOTCONN:  # lwIP reports a failed connect only as "not connected"
+                raise LinkError(err, "connection refused or host unreachable")
+            raise LinkError(err or ERR_PROTOCOL, "connect failed: %s" % exc)
         self._tcp_up = True
         return True
 
