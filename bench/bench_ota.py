@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def stage_whole_app():
     import socketpool
     from services.ota.service import OtaService
-    from tests.ota_server import UpdateServer, make_release
+    from tests.ota_server import UpdateServer, keys_text, make_release
 
     work = tempfile.mkdtemp(prefix="bench-ota-")
     old = os.getcwd()
@@ -28,6 +28,8 @@ def stage_whole_app():
     drive = os.path.join(work, "drive")
     os.makedirs(drive)
     shutil.copy(os.path.join(ROOT, "code.py"), drive)   # everything else is new: the whole application is staged
+    with open(os.path.join(drive, "ota_keys.txt"), "w") as f:   # the test key that signed the release
+        f.write(keys_text())
     boot = types.SimpleNamespace(**runpy.run_path(os.path.join(ROOT, "boot.py"), run_name="boot_ns"))
 
     class Settings:

@@ -14,9 +14,9 @@ _BX = 15112221349535400772501151409588531511454012693041857206046113283949847762
 _BY = 46316835694926478169428394003475163141307993866256225615783033603165251855960
 B = (_BX, _BY, 1, _BX * _BY % P)
 _M64 = 0xFFFFFFFFFFFFFFFF
-WINDOWS_PER_STEP = 2    # 2-bit joint windows per step(): two doublings and one addition each
-POW_BITS_PER_STEP = 32  # exponent bits per step() of a modular power (inverse, square root)
-SHA_ROUNDS_PER_STEP = 16  # pure-Python SHA-512 rounds (or message schedule words) per step()
+WINDOWS_PER_STEP = 1    # 2-bit joint windows per step(): two doublings and one addition each
+POW_BITS_PER_STEP = 16  # exponent bits per step() of a modular power (inverse, square root)
+SHA_ROUNDS_PER_STEP = 8  # pure-Python SHA-512 rounds (or message schedule words) per step()
 
 
 class SignatureError(ValueError):
@@ -27,7 +27,7 @@ class SignatureError(ValueError):
 
 # FIPS 180-4: the first 64 bits of the fractional parts of the cube roots of the first 80 primes (K) and of the
 # square roots of the first 8 primes (initial H)
-_K_HEX = (
+_K_HEX = (  # one string (adjacent literals)
     "428a2f98d728ae227137449123ef65cdb5c0fbcfec4d3b2fe9b5dba58189dbbc3956c25bf348b53859f111f1b605d019"
     "923f82a4af194f9bab1c5ed5da6d8118d807aa98a303024212835b0145706fbe243185be4ee4b28c550c7dc3d5ffb4e2"
     "72be5d74f27b896f80deb1fe3b1696b19bdc06a725c71235c19bf174cf692694e49b69c19ef14ad2efbe4786384f25e3"
@@ -57,7 +57,7 @@ class Sha512:
     """SHA-512 (FIPS 180-4) in pure Python: update(data), digest(). Slow; used for a block or two."""
 
     def __init__(self):
-        h0 = binascii.unhexlify("".join(_H0_HEX))
+        h0 = binascii.unhexlify(_H0_HEX)
         self._h = [int.from_bytes(h0[i:i + 8], "big") for i in range(0, 64, 8)]
         self._buf = b""
         self._n = 0
@@ -78,7 +78,7 @@ class Sha512:
 
     def _block_steps(self, block):
         """Generator: one 128-byte block, SHA_ROUNDS_PER_STEP rounds (or schedule words) per yield."""
-        k = binascii.unhexlify("".join(_K_HEX))
+        k = binascii.unhexlify(_K_HEX)
         w = [int.from_bytes(block[i:i + 8], "big") for i in range(0, 128, 8)]
         for t in range(16, 80):
             a, b = w[t - 15], w[t - 2]
