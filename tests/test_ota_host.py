@@ -203,3 +203,54 @@ def test_a_drive_cut_in_the_middle_of_the_switch_boots(tmp_path):
         assert json.loads((drive / "ota/journal").read_text())["phase"] == "trial"
     finally:
         h.stop()
+
+
+def test_an_unsigned_release_is_refused_by_the_firmware(tmp_path, pub, ntp):
+    """The whole firmware: ota/check says why in words with "signature"; ota/start installs nothing."""
+    folder, server = pub
+    make_release(folder, "0.2.0", key=None)
+    h = start_host(tmp_path, server, ntp)
+    try:
+        d = h.wait_for(lambda: (lambda d: d if d["error"] else None)(check_data(h)), timeout=90)
+        assert d["error"] == "signature" and "signature" in d["message"] and d["update_available"] is False
+        assert h.post("/api/v1/ota/start", {})[1]["ok"] is False
+        assert "ota: update check: no signature" in h.log()
+        assert [r for r in server.requests if not r.startswith("manifest.json")] == []
+        assert h.get("/api/v1/system/alive")[1]["version"] == "0.1.0"
+    finally:
+        h.stop()
+
+
+def test_a_release_uploaded_as_a_file_installs(tmp_path, pub, ntp):
+    """POST /api/v1/ota/upload in 8 KB pieces (tools.ota_manifest --archive's file) on the whole firmware."""
+    from tests.hostproc import http_request
+    from tools.ota_manifest import make_archive
+
+    folder, server = pub
+    make_release(folder, "0.2.0", changes={"services/ota/added_in_020.py": '"""New in 0.2.0."""\n'})
+    with open(os.path.join(folder, "manifest.json"), "rb") as f:
+        manifest = f.read()
+    with open(os.path.join(folder, "manifest.json.sig")) as f:
+        make_archive(str(tmp_path / "r.tar"), os.path.join(folder, "0.2.0"), manifest, f.read())
+    data = (tmp_path / "r.tar").read_bytes()
+    # speed 1: the upload's 60 s idle limit is device time, and at --speed 60 one real second is a minute
+    h = HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", "1", "--ntp", ntp, "--ota-pubkey",
+                                              pubkey_file(str(tmp_path))], settings={"ota": {"url": ""}}).start()
+    try:
+        offset, answer = 0, {}
+        while not answer.get("done"):
+            status, body, _h = http_request(h.url + "/api/v1/ota/upload?offset=%d" % offset,
+                                            data=data[offset:offset + 8192], method="POST",
+                                            headers={"Content-Type": "application/octet-stream"}, timeout=10)
+            answer = json.loads(body)
+            assert status in (200, 409), answer
+            if status == 409:   # the signature is being checked (or the service is busy): send again from there
+                h.wait_for(lambda: check_data(h)["state"] in ("uploading", "idle"), timeout=30)
+            offset = answer["received"]
+        h.wait_for(lambda: "restarting the firmware" in h.log(), timeout=60)
+        h.wait_alive()
+        h.wait_for(lambda: running_version(h) == "0.2.0", timeout=60)
+        assert os.path.exists(os.path.join(h.state, "services/ota/added_in_020.py"))
+        assert server.requests == []
+    finally:
+        h.stop()
