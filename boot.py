@@ -10,6 +10,7 @@ import storage
 # docs/ota.md. boot.py is the update anchor: it is never replaced over the network and imports no application file.
 JOURNAL = "ota/journal"
 MAX_TRIAL_BOOTS = 3   # boots a new version gets to prove itself before it is rolled back
+NEVER_SWITCHED = ("boot.py", "ota_keys.txt")   # the anchor and the trusted update keys: changed over USB only
 
 
 def code_may_write(button_pressed):
@@ -91,8 +92,8 @@ def switch_files(fs, files):
     """Roll forward: every staged file replaces the live one, whose old copy goes to ota/prev (idempotent)."""
     for path in files:
         staged = "ota/stage/" + path
-        if not fs.exists(staged):
-            continue  # already switched
+        if path in NEVER_SWITCHED or not fs.exists(staged):
+            continue  # already switched (or never to be: the manifest check refuses these paths too)
         prev = "ota/prev/" + path
         if fs.exists(path):
             if fs.exists(prev):

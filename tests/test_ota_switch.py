@@ -202,3 +202,18 @@ def test_real_drive_fs(tmp_path, monkeypatch):
     with open("core/version.py") as f:
         assert f.read() == "V='0.1.0'"
     assert not os.path.exists("services/ota/new.py")
+
+
+def test_the_switch_never_replaces_boot_py_or_the_keys_file():
+    """Defence in depth: even a journal that names them (the manifest check refuses such a manifest) changes neither."""
+    files = dict(OLD, **{"boot.py": "anchor", "ota_keys.txt": "trusted keys\n", "ota/stage/boot.py": "evil",
+                         "ota/stage/ota_keys.txt": "attacker key\n", "ota/stage/code.py": "new code"})
+    fs = FakeFs(files)
+    B["write_journal"](fs, {"phase": "switch", "from": "0.1.0", "to": "0.2.0",
+                            "files": ["boot.py", "ota_keys.txt", "code.py"], "new": []})
+    assert boot(fs) == "switch"
+    assert fs.files["boot.py"] == "anchor" and fs.files["ota_keys.txt"] == "trusted keys\n"
+    assert fs.files["code.py"] == "new code"
+    from services.ota.manifest import PROTECTED
+
+    assert set(PROTECTED) == set(B["NEVER_SWITCHED"])   # boot.py imports nothing of the application: two lists
