@@ -247,6 +247,15 @@ def test_upload_through_the_http_route(env, tmp_path):
         status, answer = send(e, archive(e), send_piece=post)
         assert status == 200 and answer["done"], answer
         run(e, lambda: e.calls and e.calls[-1][0] == "restart")
+        # with authentication on, a piece needs the WRITE token
+        read, write = app.auth.generate(0)
+        app.auth.confirm(write, 0)
+        app.settings.update({"api_auth_required": True})
+        for headers, code in ((b"", 401), (b"Authorization: Bearer %s\r\n" % read.encode(), 403)):
+            raw = exchange(server_port(api), b"POST /api/v1/ota/upload?offset=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           + headers + b"Content-Type: application/octet-stream\r\nContent-Length: 1\r\n\r\nx",
+                           lambda: api.poll(0), wait=0.05)
+            assert split_answer(raw)[0] == code
     finally:
         api.stop()
 
