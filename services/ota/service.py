@@ -12,7 +12,7 @@ from services.ota import manifest as mf
 from services.ota import signature as sg
 from services.ota.http_get import HttpGet
 from services.ota.stream import DownloadError, FileHasher, HashingWriter, MemorySink
-from services.ota.upload import MANIFEST, SIGNATURE, ArchiveError, ArchiveReader
+from services.ota.upload import MANIFEST, SIGNATURE, ArchiveError, ArchiveReader, Collect, Staged, Upload
 
 # The journal format is boot.py's (the anchor that performs the switch); docs/ota.md.
 JOURNAL = "ota/journal"
@@ -68,58 +68,6 @@ def _sig_url(url):
     """Where the detached signature of the manifest at url is: <url>.sig (before a query)."""
     q = url.find("?")
     return url + sg.SIG_SUFFIX if q < 0 else url[:q] + sg.SIG_SUFFIX + url[q:]
-
-
-class _Collect(MemorySink):
-    """A small archive member kept in RAM (the manifest, its signature); done(data) when complete."""
-
-    def __init__(self, limit, what, done):
-        MemorySink.__init__(self, limit)
-        self._what = what
-        self._done = done
-
-    def write(self, chunk):
-        if len(self.data) + len(chunk) > self.limit:
-            raise DownloadError("oversized", "%s larger than %d bytes" % (self._what, self.limit))
-        self.data.extend(chunk)
-
-    def finish(self):
-        self._done(bytes(self.data))
-
-
-class _Staged:
-    """An uploaded file streamed into ota/stage through the size and SHA-256 check; done(path) when verified."""
-
-    def __init__(self, writer, path, done):
-        self._w = writer
-        self._path = path
-        self._done = done
-
-    def write(self, chunk):
-        self._w.write(chunk)
-
-    def finish(self):
-        self._w.finish()
-        self._done(self._path)
-
-    def abort(self):
-        self._w.abort()
-
-
-class _Upload:
-    """The state of one upload (POST /ota/upload pieces)."""
-
-    def __init__(self, now, keys):
-        self.received = 0
-        self.last = now
-        self.keys = keys
-        self.manifest_data = None
-        self.manifest = None     # the verified, validated manifest
-        self.files = None        # {path: (size, sha256)} of the verified manifest
-        self.staged = []
-        self.verifying = False
-        self.complete = False    # every file staged: commit at the next poll
-        self.reader = None
 
 
 def _is_dir(path):
@@ -755,7 +703,7 @@ class OtaService(Module):
             except sg.SignatureProblem as exc:
                 return 400, self._upload_answer(False, 0, "Upload refused: %s" % exc, "signature")
             self._upload_refusal = None
-            up = self._upload = _Upload(self._now, keys)
+            up = self._upload = Upload(self._now, keys)
             up.reader = ArchiveReader(self._upload_member, self._upload_end, lambda: up.verifying or up.complete)
             self.phase = UPLOADING
             self.progress = [0, 0]
@@ -843,12 +791,12 @@ class OtaService(Module):
                 raise ArchiveError("the archive must start with %s (found %s)" % (MANIFEST, name))
             if size > mf.MAX_MANIFEST_BYTES:
                 raise DownloadError("oversized", "manifest larger than %d bytes" % mf.MAX_MANIFEST_BYTES)
-            return _Collect(mf.MAX_MANIFEST_BYTES, MANIFEST, self._upload_got_manifest)
+            return Collect(mf.MAX_MANIFEST_BYTES, MANIFEST, self._upload_got_manifest)
         if up.manifest is None:
             if name != SIGNATURE:
                 raise sg.SignatureProblem("the archive has no signature (%s must follow %s, found %s): only "
                                           "signed releases are installed" % (SIGNATURE, MANIFEST, name))
-            return _Collect(256, SIGNATURE, self._upload_got_signature)
+            return Collect(256, SIGNATURE, self._upload_got_signature)
         if name not in up.files:
             raise ArchiveError("%s is not in the manifest" % name)
         if name in up.staged:
@@ -859,7 +807,7 @@ class OtaService(Module):
                                 "%s: %d bytes in the archive, the manifest says %d" % (name, size, want))
         path = STAGE + name
         _makedirs(path)
-        return _Staged(HashingWriter(open(path, "wb"), size, sha, name), name, up.staged.append)
+        return Staged(HashingWriter(open(path, "wb"), size, sha, name), name, up.staged.append)
 
     def _upload_got_manifest(self, data):
         self._upload.manifest_data = data

@@ -3,6 +3,8 @@ piece as the pieces arrive, each member streamed into a sink; nothing is held wh
 
 from micropython import const
 
+from services.ota.stream import DownloadError, MemorySink
+
 _BLOCK = const(512)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.json.sig"
@@ -115,3 +117,55 @@ class ArchiveReader:
             except Exception:
                 pass
             self._sink = None
+
+
+class Collect(MemorySink):
+    """A small archive member kept in RAM (the manifest, its signature); done(data) when complete."""
+
+    def __init__(self, limit, what, done):
+        MemorySink.__init__(self, limit)
+        self._what = what
+        self._done = done
+
+    def write(self, chunk):
+        if len(self.data) + len(chunk) > self.limit:
+            raise DownloadError("oversized", "%s larger than %d bytes" % (self._what, self.limit))
+        self.data.extend(chunk)
+
+    def finish(self):
+        self._done(bytes(self.data))
+
+
+class Staged:
+    """An uploaded file streamed into ota/stage through the size and SHA-256 check; done(path) when verified."""
+
+    def __init__(self, writer, path, done):
+        self._w = writer
+        self._path = path
+        self._done = done
+
+    def write(self, chunk):
+        self._w.write(chunk)
+
+    def finish(self):
+        self._w.finish()
+        self._done(self._path)
+
+    def abort(self):
+        self._w.abort()
+
+
+class Upload:
+    """The state of one upload (POST /ota/upload pieces)."""
+
+    def __init__(self, now, keys):
+        self.received = 0
+        self.last = now
+        self.keys = keys
+        self.manifest_data = None
+        self.manifest = None     # the verified, validated manifest
+        self.files = None        # {path: (size, sha256)} of the verified manifest
+        self.staged = []
+        self.verifying = False
+        self.complete = False    # every file staged: commit at the next poll
+        self.reader = None
