@@ -1,6 +1,6 @@
 """Worst poll of each outgoing client against a black-holed host: the cloud (TCP to a listener whose full accept
-queue drops SYNs, then TLS), NTP (UDP to a socket that never answers). MQTT has its own, longer bench
-(bench/bench_mqtt_stall.py, same black hole); OTA's is in bench/bench_ota.py. Each service runs on the host
+queue drops SYNs, then TLS), OTA (an update check against the same black hole), NTP (UDP to a socket that never
+answers). MQTT has its own, longer bench (bench/bench_mqtt_stall.py, same black hole). Each service runs on the host
 stand-ins (socketpool, ssl) against real sockets on 127.0.0.1, polled every 5 ms at real time through at least one
 whole connect deadline; poll() is timed with perf_counter.
 
@@ -28,6 +28,7 @@ from core.clock import Clock  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from services.cloud.pairing import Pairing  # noqa: E402
 from services.cloud.service import CloudService  # noqa: E402
+from services.ota.http_get import HttpGet  # noqa: E402
 from tests.mqtt_peers import device_ssl, full_backlog_listener  # noqa: E402
 
 BUDGET_MS = 250
@@ -72,6 +73,51 @@ def cloud_black_hole(seconds):
             s.close()
 
 
+class _OtaSink:
+    def write(self, chunk):
+        pass
+
+    def finish(self):
+        pass
+
+    def abort(self):
+        pass
+
+
+class _Requests:
+    """Starts the OTA service's HTTP GET again whenever the last one ended (as the service's retry does)."""
+
+    def __init__(self, url):
+        self.url = url
+        self.req = None
+        self.failures = 0
+        self.last = ""
+
+    def poll(self, now):
+        if self.req is None or not self.req.poll(now):
+            if self.req is not None:
+                self.failures += 1
+                self.last = self.req.error.message if self.req.error else "done"
+            self.req = HttpGet(socketpool.SocketPool(None), self.url, _OtaSink(), bytearray(1024))
+            self.req.poll(now)
+
+    def stop(self):
+        if self.req is not None:
+            self.req.cancel()
+
+
+def ota_black_hole(seconds):
+    port, held = full_backlog_listener()
+    try:
+        reqs = _Requests("http://127.0.0.1:%d/ota/manifest.json" % port)
+        worst, polls = _drive(reqs, seconds)
+        reqs.stop()
+        return worst, polls, reqs.failures, reqs.last
+    finally:
+        for s in held:
+            s.close()
+
+
 def ntp_black_hole(seconds):
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)   # takes the requests, never answers
     silent.bind(("127.0.0.1", 0))
@@ -91,6 +137,7 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=12.0)
     args = ap.parse_args(argv if argv is not None else [])
     rows = [("cloud, SYNs dropped",) + cloud_black_hole(args.seconds),
+            ("OTA, SYNs dropped",) + ota_black_hole(args.seconds),
             ("NTP, server silent",) + ntp_black_hole(args.seconds)]
     print("%-22s %12s %8s %9s  %s" % ("client / black hole", "worst poll", "polls", "failures", "last state"))
     for name, worst, polls, fails, note in rows:

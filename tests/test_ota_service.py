@@ -352,3 +352,45 @@ def test_https_manifest_and_files_with_the_ssl_context(env, tmp_path):
         assert e.svc.last_error == "network" and "connect" in e.svc.message
     finally:
         tls.close()
+
+
+class _Sink:
+    def __init__(self):
+        self.aborted = False
+
+    def write(self, chunk):
+        raise AssertionError("no body from a black hole")
+
+    def finish(self):
+        raise AssertionError("no body from a black hole")
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_a_black_holed_update_server_never_blocks_a_poll():
+    """A server whose SYNs are dropped: the connect is stepped per poll and times out after 10 s, across the tick
+    wrap, instead of one blocking connect (the old settimeout(2) + connect held the loop for 2 s)."""
+    from adafruit_ticks import ticks_add, ticks_diff
+
+    from services.ota.http_get import CONNECTING, FAILED
+    from tests.mqtt_peers import full_backlog_listener
+
+    port, held = full_backlog_listener()
+    try:
+        before = socketpool.open_count()
+        sink = _Sink()
+        req = HttpGet(socketpool.SocketPool(None), "http://127.0.0.1:%d/manifest.json" % port, sink, bytearray(64))
+        now = ticks_add(0, -3000)                       # 3 s before the wrap
+        start = now
+        assert req.poll(now) and req.state == CONNECTING
+        assert socketpool.open_count() == before + 1    # not waiting on it
+        while req.poll(now):
+            assert req.state == CONNECTING
+            now = ticks_add(now, 250)
+        assert ticks_diff(now, start) >= 10000 and now < start
+        assert req.state == FAILED and req.error.reason == "network" and "timed out after 10 s" in req.error.message
+        assert sink.aborted and socketpool.open_count() == before
+    finally:
+        for sock in held:
+            sock.close()

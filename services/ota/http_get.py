@@ -1,5 +1,7 @@
-"""A small HTTP/1.0 GET on the socket pool whose work is spread over polls: resolve + connect (+ TLS handshake) is
-the one bounded blocking step, then non-blocking send and recv_into, a few KB per poll, into a sink."""
+"""A small HTTP/1.0 GET on the socket pool whose work is spread over polls: a non-blocking TCP connect stepped once
+per poll, TLS wrapped round the connected socket (its handshake runs inside the sends and receives), then non-blocking
+send and recv_into, a few KB per poll, into a sink. Only the name lookup blocks (the device's getaddrinfo has no
+non-blocking form); an address literal or the device's DNS cache keeps it short."""
 
 import errno
 
@@ -7,7 +9,7 @@ from adafruit_ticks import ticks_add, ticks_less
 from micropython import const
 
 from core.url import split_url
-from core.sockets import close_quietly
+from core.sockets import close_quietly, connect_step
 from services.ota.stream import DownloadError
 
 _EAGAIN = errno.EAGAIN
@@ -16,6 +18,7 @@ _ENOTCONN_DEV = const(128)     # lwIP: a non-blocking recv from a peer that clos
 _ENOTCONN_POSIX = errno.ENOTCONN
 _MAX_HEADER = const(2048)
 
+CONNECTING = "connecting"
 SENDING = "sending"
 HEADERS = "headers"
 BODY = "body"
@@ -31,7 +34,7 @@ class HttpGet:
     """GET url into sink (write(chunk)/finish()/abort()). pool: socketpool; ssl_factory: ssl.create_default_context
     (for https). poll(now_ms) advances it; state ends DONE or FAILED with error (a DownloadError)."""
 
-    connect_timeout_s = 2.0   # TCP connect + TLS handshake: the one blocking step (as in the MQTT client)
+    connect_timeout_ms = 10000  # TCP connect, stepped without blocking (the TLS handshake counts to stall_ms)
     stall_ms = 15000          # no byte for this long: the network is gone
     total_ms = 120000         # the whole request: a server that trickles a byte now and then cannot hold a check
     reads_per_poll = 2        # at most this many recv_into of len(buf) per poll
@@ -52,6 +55,9 @@ class HttpGet:
         self.received = 0        # body bytes
         self._deadline = 0
         self._started = None
+        self._addr = None
+        self._host = ""
+        self._https = False
 
     def _fail(self, err):
         self.state = FAILED
@@ -86,25 +92,43 @@ class HttpGet:
         except (OSError, RuntimeError) as exc:
             raise DownloadError("network", "no socket free: %s" % exc)
         self._sock = sock
-        try:
-            if scheme == "https":
-                if self._ssl_factory is None:
-                    raise DownloadError("url", "https needs the ssl module, which this build lacks")
-                sock = self._ssl_factory().wrap_socket(sock, server_hostname=host)
-                self._sock = sock
-            sock.settimeout(self.connect_timeout_s)
-            sock.connect(addr)
-            sock.settimeout(0)
-        except DownloadError:
-            raise
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise DownloadError("network", "connect to %s:%d failed: %s" % (host, port, exc))
+        if scheme == "https" and self._ssl_factory is None:
+            raise DownloadError("url", "https needs the ssl module, which this build lacks")
+        self._addr = addr
+        self._host = host
+        self._https = scheme == "https"
         default = 80 if scheme == "http" else 443
         hosthdr = host if port == default else "%s:%d" % (host, port)
         self._out = ("GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: MeterPlus\r\nConnection: close\r\n\r\n"
                      % (path, hosthdr)).encode()
+        # Never a blocking connect: a host that drops SYNs would hold the whole loop for the connect timeout.
+        sock.setblocking(False)
+        self.state = CONNECTING
+        self._deadline = ticks_add(now, self.connect_timeout_ms)
+        self._connecting(now)
+
+    def _connecting(self, now):
+        """One step of the TCP connect; once up, TLS is wrapped round it (https) and the request goes out."""
+        port = self._addr[1]
+        try:
+            up = connect_step(self._sock, self._addr)
+        except OSError as exc:
+            raise DownloadError("network", "connect to %s:%d failed: %s" % (self._host, port, exc))
+        if not up:
+            if not ticks_less(now, self._deadline):
+                raise DownloadError("network", "connect to %s:%d timed out after %d s"
+                                    % (self._host, port, self.connect_timeout_ms // 1000))
+            return
+        if self._https:
+            try:
+                # Connected and non-blocking: mbedTLS (and the host's ssl stand-in) runs the handshake step by
+                # step inside the following send/recv_into calls, each answering EAGAIN until it is done.
+                self._sock = self._ssl_factory().wrap_socket(self._sock, server_hostname=self._host)
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise DownloadError("network", "TLS connect to %s:%d failed: %s" % (self._host, port, exc))
         self.state = SENDING
         self._deadline = ticks_add(now, self.stall_ms)
+        self._send(now)
 
     def poll(self, now):
         """Advance by a bounded amount; returns True while the request is still running."""
@@ -115,7 +139,9 @@ class HttpGet:
                 self._started = now
                 self._open(now)
                 return True
-            if self.state == SENDING:
+            if self.state == CONNECTING:
+                self._connecting(now)
+            elif self.state == SENDING:
                 self._send(now)
             else:
                 for _ in range(self.reads_per_poll):
@@ -138,12 +164,18 @@ class HttpGet:
         except OSError as exc:
             if _code(exc) == _EAGAIN:
                 return
-            raise DownloadError("network", "send failed: %s" % exc)
+            raise DownloadError("network", self._what() + "send failed: %s" % exc)
         if n:
             self._deadline = ticks_add(now, self.stall_ms)
         self._out = self._out[n:]
         if not self._out:
             self.state = HEADERS
+
+    def _what(self):
+        """Prefix of a failure before the first answer byte: the TLS handshake runs inside those sends and receives."""
+        if self._https and self.state != BODY and not self._head:
+            return "TLS connect to %s:%d failed: " % (self._host, self._addr[1])
+        return ""
 
     def _receive(self, now):
         """One recv_into; False when there is nothing more to do in this poll."""
@@ -156,7 +188,7 @@ class HttpGet:
             if code in (_ENOTCONN_DEV, _ENOTCONN_POSIX):
                 n = 0   # the device's way of saying the peer closed
             else:
-                raise DownloadError("network", "connection lost: %s" % exc)
+                raise DownloadError("network", self._what() + "connection lost: %s" % exc)
         if n == 0:
             self._eof()
             return False
