@@ -11,6 +11,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CP_DIR = os.path.join(REPO, "host", "cp")
 EXIT_BAD_FLAGS = 2
+EXIT_PORT_IN_USE = 2
+EXIT_NOT_INSTALLED = 1
 FIRMWARE_PACKAGES = ("core", "drivers", "meter", "services")
 APP_ENTRIES = ("code.py", "boot.py", "core", "drivers", "meter", "services", "web")  # what a device drive holds
 
@@ -205,6 +207,31 @@ def _purge_firmware_modules():
             del sys.modules[name]
 
 
+def _port_in_use(bind, port):
+    """True when another process listens on bind:port (the firmware binds with SO_REUSEADDR too, so a port in
+    TIME_WAIT after a previous run counts as free, as it will be for the firmware)."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((bind, port))
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return False
+
+
+def _missing_package(exc):
+    """The name of a host package that is not installed, or None when exc is the firmware's own import error."""
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if not name or name in FIRMWARE_PACKAGES or os.path.exists(os.path.join(CP_DIR, name + ".py")) \
+            or os.path.isdir(os.path.join(CP_DIR, name)):
+        return None
+    return name
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # The device's console shows each line as it is printed; so does a log file this runtime writes into (tests
@@ -216,6 +243,11 @@ def main(argv=None):
     else:
         sys.stderr.write("python -m host: error: --meter: no such file or device: %s\n" % args.meter)
         return EXIT_BAD_FLAGS
+    # One clear message instead of a firmware that starts, cannot listen, and retries for minutes.
+    if args.http_port and _port_in_use(args.bind, args.http_port):
+        sys.stderr.write("python -m host: error: port %d on %s is already in use (another `make run`?); stop it, or "
+                         "start on another port: make run ARGS='--http-port N'\n" % (args.http_port, args.bind))
+        return EXIT_PORT_IN_USE
     state = os.path.abspath(args.state)
     app_dir = state if args.app_on_drive else REPO
     if args.app_on_drive:  # the firmware is imported from the drive only, as on the chip
@@ -224,6 +256,7 @@ def main(argv=None):
     sys.path[:0] = [CP_DIR, app_dir]
     import _hostenv  # noqa: E402  (the stand-ins' shared state)
     import neopixel  # noqa: E402
+    import socketpool  # noqa: E402
 
     toml = _prepare_drive(state)
     _install_ota_keys(state, args.ota_pubkey)
@@ -300,17 +333,27 @@ def main(argv=None):
             _hostenv.reset_count += 1
             _hostenv.last_reset_reason = None
             print("host: %s: restarting the firmware" % reset.kind, flush=True)
+            socketpool.drop_all()       # a chip reset frees every socket: the new start can listen again
             _disarm_watchdog()
             _purge_firmware_modules()
             _reset_radios()
         except KeyboardInterrupt:
             print("host: stopped", flush=True)
             return 0
-        except Exception:
+        except Exception as exc:
+            missing = _missing_package(exc) if isinstance(exc, ImportError) else None
+            if missing is not None:
+                # Not a device behaviour: this computer lacks a package the runtime needs. Say so, free the port.
+                socketpool.drop_all()
+                sys.stderr.write("python -m host: error: the Python package providing '%s' is not installed (%s); "
+                                 "`make run` installs the lines of requirements-dev.txt marked '# run'\n"
+                                 % (missing, exc))
+                return EXIT_NOT_INSTALLED
             import traceback
 
             traceback.print_exc()
             sys.stdout.flush()
+            socketpool.drop_all()       # a chip reset (or a VM that ended) frees every socket
             try:
                 restart = _crash_wait(args.speed)
             except KeyboardInterrupt:
