@@ -122,9 +122,11 @@ def build():
     app.captive_dns = sup.add(CaptiveDns(pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
                                          port=int(env("METERPLUS_DNS_PORT", 53)),
                                          setup_url=env("METERPLUS_SETUP_URL", None)))
+    from services.network import join as wifi_join_routes
     from services.network import routes as network_routes
 
     routes.append(network_routes)
+    routes.append(wifi_join_routes)
     # BLE provisioning (Improv Wi-Fi); boards without BLE (4 MB S3 on CircuitPython 10) run everything else.
     try:
         import _bleio

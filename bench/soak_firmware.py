@@ -138,9 +138,10 @@ def run(days, speed, work, report=print):
     ntp_host, ntp_port, stop_ntp = start_ntp_server(clock=sim)
     broker = Broker(os.path.join(work, "broker")).start()
     sub = Subscriber(broker.port, topics=(STATE_TOPIC,), client_id="soak-sub")
-    host = HostProcess(os.path.join(work, "drive"), args=["--speed", str(speed), "--ntp", "%s:%d" % (ntp_host, ntp_port)],
-                       settings={"mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1},
-                                 "modbus": {"enable": True}})
+    ntp = "%s:%d" % (ntp_host, ntp_port)
+    clients = {"mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1},
+               "modbus": {"enable": True}}
+    host = HostProcess(os.path.join(work, "drive"), args=["--speed", str(speed), "--ntp", ntp], settings=clients)
     rest = {code: _Monotone("REST latest " + code) for code in ENERGY_CODES}
     quarter_totals = {key: _Monotone("REST highRes " + key[:6]) for key in ("import_total_kWh", "export_total_kWh")}
     samples = []            # (simulated s since start, rss KB, fds, uptime s)
@@ -212,7 +213,8 @@ def run(days, speed, work, report=print):
     starts = log.count("Meter Plus host runtime:")
     faults = [ln for ln in log.splitlines() if ln.startswith("error:") or " fault " in ln or "Traceback" in ln]
     warm = [s for s in samples if s[0] >= samples[-1][0] // 4] if samples else []
-    series = list(rest.values()) + list(quarter_totals.values()) + list(mqtt.values()) + (list(modbus.series.values()) if modbus else [])
+    series = list(rest.values()) + list(quarter_totals.values()) + list(mqtt.values())
+    series += list(modbus.series.values()) if modbus else []
     return {
         "alive": alive, "starts": starts, "uptime_went_back": uptime_back, "faults": faults,
         "simulated_days": (samples[-1][0] / 86400.0) if samples else 0.0,

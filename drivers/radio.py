@@ -7,6 +7,7 @@ from core.module import OK, WARN, Module
 AP_ALWAYS = "always"     # factory state, or accessPoint.enable true
 AP_TIMED = "timed"       # cold start: 15 minutes next to the home WiFi, off when nobody is connected
 AP_OFF = "off"           # software restart
+AP_RESCUE = "rescue"     # the station has not been joined for rescue_ms: the owner must be able to get back in
 # Resets where power was applied or a person pressed reset: the spec's "cold start". SOFTWARE (reboot call, update)
 # and WATCHDOG, DEEP_SLEEP_ALARM, UNKNOWN are restarts nobody stood next to: no AP for them.
 COLD_RESETS = ("POWER_ON", "BROWNOUT", "RESET_PIN")
@@ -126,6 +127,7 @@ class WifiManager(Module):
     backoff_first_ms = 5000
     backoff_max_ms = 300000
     ap_window_ms = 15 * 60 * 1000   # spec: AP after a cold start, 15 minutes without a connection
+    rescue_ms = 5 * 60 * 1000       # station not joined this long (after any start or a loss): the AP comes back
 
     def __init__(self, radio, auth_modes, settings, reset_reason, device_id, ip_address=None, log=None):
         Module.__init__(self)
@@ -144,6 +146,7 @@ class WifiManager(Module):
         self.active = None          # "primary"/"secondary": the profile joined at boot, kept for reconnects
         self.was_connected = False
         self.lost_at = None
+        self.down_since = None      # ticks since when the station has not been joined (None while joined)
         self._next_try = None       # (since, wait_ms): earliest next connect() attempt
         self._backoff = 0
         self._order_pos = 0
@@ -197,11 +200,12 @@ class WifiManager(Module):
     _channel_ssid = None
     _channel = 0
 
-    def try_credentials(self, profile):
-        """Join the network of profile now (Improv): None on success, else the reason. The caller stores it."""
+    def try_credentials(self, profile, name="primary"):
+        """Join the network of profile now (Improv, the web interface's join): None on success, else the reason.
+        The access point stays as it is, so the person who asked still reaches the device. The caller stores it."""
         err = self._join(profile)
         if err is None:
-            self.active = "primary"
+            self.active = name
             self._on_connected(self._now)
             self._reconsider_ap(self._now, configured=True)
         else:
@@ -270,8 +274,12 @@ class WifiManager(Module):
         if self.ap_mode != AP_OFF and self.ap_since is None:
             self.ap_since = now_ms
         self.scanner.poll()
-        self._poll_ap(now_ms)
         connected = r.connected
+        if connected:
+            self.down_since = None
+        elif self.down_since is None:
+            self.down_since = now_ms
+        self._poll_ap(now_ms)
         if connected:
             if not self.was_connected:
                 if self.active is None:   # joined before us (CircuitPython's own boot connect): adopt its profile
@@ -333,14 +341,32 @@ class WifiManager(Module):
 
     def _poll_ap(self, now_ms):
         r = self._radio
-        if self.ap_mode == AP_OFF or not r.ap_active:
+        if self.ap_mode == AP_OFF:
+            # The lock-out rule: whatever the reset, a station that cannot join (a wrong password saved, the router
+            # replaced) for rescue_ms brings the AP back, so nobody has to unplug the device to reach it again.
+            if self.down_since is not None and self.configured() and expired(now_ms, self.down_since, self.rescue_ms):
+                self.ap_mode = AP_RESCUE
+                self.ap_since = now_ms
+                self.count("ap_rescues")
+                if self._log is not None:
+                    self._log.warning("WiFi not joined for %d min: access point back until it joins",
+                                      self.rescue_ms // 60000)
+                self._start_ap()
+            return
+        if not r.ap_active:
             return
         stations = self._stations()
         if stations:
             self.ap_used = True
         if self.ap_mode == AP_TIMED and stations == 0 and expired(now_ms, self.ap_since, self.ap_window_ms):
+            if self.down_since is not None and expired(now_ms, self.down_since, self.rescue_ms):
+                self.ap_mode = AP_RESCUE     # the window ends while the station still cannot join: keep it up
+                return
             self.ap_mode = AP_OFF
             self._stop_ap("%d min passed and nobody is connected" % (self.ap_window_ms // 60000))
+        elif self.ap_mode == AP_RESCUE and stations == 0 and self.down_since is None:
+            self.ap_mode = AP_OFF
+            self._stop_ap("the WiFi is joined again and nobody is connected")
 
     def stop(self):
         self.scanner.stop()

@@ -8,7 +8,7 @@ import pytest
 import wifi
 
 from core.settings import Settings
-from drivers.radio import AP_ALWAYS, AP_OFF, AP_TIMED, WifiManager, ap_rule, expired
+from drivers.radio import AP_ALWAYS, AP_OFF, AP_RESCUE, AP_TIMED, WifiManager, ap_rule, expired
 from tests.steppedclock import SteppedClock
 
 DEV = "024d50000001"
@@ -221,6 +221,64 @@ def test_circuitpython_reconnecting_by_itself_needs_no_connect(air):
     air.insert(0, net)       # back within the grace: the radio's own reconnect holds
     rig.step(1000)
     assert rig.radio.connected and len(rig.calls()) == 1 and rig.wm.counters["losses"] == 1
+
+
+# --- the lock-out rule: a station that cannot join brings the AP back ---
+
+def _step_minutes(rig, minutes):
+    for _ in range(minutes * 6):
+        rig.step(10 * 1000)
+
+
+@pytest.mark.parametrize("reason", ["SOFTWARE", "WATCHDOG"])
+def test_a_wrong_password_and_a_software_restart_bring_the_ap_back_after_5_minutes(air, reason):
+    """The reported lock-out: a wrong password saved, then "Restart now" (no AP by the table): after 5 minutes
+    without a join the AP is back, across the tick wrap; once the WiFi works again and nobody uses it, it goes."""
+    rig = Rig(settings(wifi=home(password="wrong-password")), reason)
+    rig.clock.now = (1 << 29) - 2 * MIN     # the 5 minutes run across the wrap
+    rig.step()
+    assert rig.wm.ap_mode == AP_OFF and not rig.radio.ap_active and not rig.radio.connected
+    _step_minutes(rig, 4)
+    assert not rig.radio.ap_active
+    _step_minutes(rig, 1)
+    rig.step(1000)
+    assert rig.wm.ap_mode == AP_RESCUE and rig.radio.ap_active and rig.wm.counters["ap_rescues"] == 1
+    _hostenv.ap_stations.append((b"\x01" * 6, -40, None))     # the owner connects to repair it
+    air[0]["password"] = "wrong-password"                     # (the router's password changed to the saved one)
+    _step_minutes(rig, 6)                                      # the backoff reaches the next attempt
+    assert rig.radio.connected and rig.radio.ap_active         # joined, but the owner is still on the AP
+    _hostenv.ap_stations.clear()
+    rig.step(1000)
+    assert rig.wm.ap_mode == AP_OFF and not rig.radio.ap_active and rig.radio.connected
+    _step_minutes(rig, 30)
+    assert not rig.radio.ap_active                             # the WiFi works: the software-restart row holds
+
+
+def test_a_working_wifi_after_a_software_restart_never_opens_the_ap():
+    rig = Rig(settings(wifi=home()), "SOFTWARE")
+    rig.step()
+    _step_minutes(rig, 60)
+    assert rig.radio.connected and not rig.radio.ap_active and rig.wm.counters.get("ap_rescues", 0) == 0
+
+
+def test_a_lost_network_brings_the_ap_back_after_5_minutes(air):
+    rig = Rig(settings(wifi=home()), "SOFTWARE")
+    rig.step()
+    assert rig.radio.connected and not rig.radio.ap_active
+    air.remove(air[0])                          # the router is gone
+    rig.radio.lose_connection()
+    _step_minutes(rig, 4)
+    assert not rig.radio.ap_active
+    _step_minutes(rig, 2)
+    assert rig.radio.ap_active and rig.wm.ap_mode == AP_RESCUE
+
+
+def test_the_cold_start_window_does_not_close_the_ap_while_the_station_cannot_join():
+    rig = Rig(settings(wifi=home(password="wrong-password")), "POWER_ON")
+    rig.step()
+    assert rig.wm.ap_mode == AP_TIMED and rig.radio.ap_active
+    _step_minutes(rig, 20)
+    assert rig.radio.ap_active and rig.wm.ap_mode == AP_RESCUE
 
 
 # --- tick wrap ---

@@ -53,7 +53,8 @@ _REASONS = {
     200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
     404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
     411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
-    431: "Request Header Fields Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
+    422: "Unprocessable Entity", 431: "Request Header Fields Too Large", 429: "Too Many Requests",
+    500: "Internal Server Error",
     503: "Service Unavailable",
 }
 
