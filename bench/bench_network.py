@@ -34,7 +34,7 @@ improv.strings(d)
 
 
 def main():
-    files = [(os.path.join(NET, "dns_wire.py"), "dns_wire.py"), (os.path.join(NET, "improv.py"), "improv.py")]
+    files = [(os.path.join(NET, "dns_wire.py"), "dns_wire.py"), (os.path.join(ROOT, "core", "improv.py"), "improv.py")]
     with MicroVM(extra_files=files) as vm:
         dns_fuel, dns_heap = vm.measure(DNS_SETUP, DNS_WORK, repeat=20)
         imp_fuel, imp_heap = vm.measure(IMPROV_SETUP, IMPROV_WORK, repeat=20)

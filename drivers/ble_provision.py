@@ -7,7 +7,7 @@ from adafruit_ble.characteristics.stream import StreamIn
 from adafruit_ble.services import Service
 from adafruit_ble.uuid import StandardUUID, VendorUUID
 
-from services.network import improv
+from core import improv
 
 _READ_NOTIFY = Characteristic.READ | Characteristic.NOTIFY
 

@@ -17,7 +17,7 @@ from core.settings import Settings
 from drivers.ble_provision import BleImprovTransport
 from drivers.radio import AP_OFF, AP_TIMED, WifiManager
 from drivers.status_led import StatusLed
-from services.network import improv
+from core import improv
 from services.network.mdns_service import MdnsAdvertiser
 from services.network.provisioning import CAPABILITIES, ImprovProvisioning
 from tests import improv_peer
@@ -144,8 +144,7 @@ def test_reassembly_of_their_frames_split_over_writes():
 def test_protocol_module_runs_in_micropython():
     from tools.mpvm import MicroVM
 
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "services", "network",
-                       "improv.py")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "core", "improv.py")
     frame = P.WiFiSettingsCmd(b"Home Net", b"correct horse battery").as_bytes()
     with MicroVM(extra_files=[(src, "improv.py")]) as vm:
         out, _fuel = vm.run("import improv\nr = improv.Reassembler()\nf = %r\n"

@@ -4,7 +4,7 @@ from adafruit_ticks import ticks_diff
 
 from core.module import Module
 from drivers.radio import expired as _expired
-from services.network import improv
+from core import improv
 
 CAPABILITIES = improv.CAP_IDENTIFY | improv.CAP_DEVICE_INFO | improv.CAP_SCAN_WIFI
 
