@@ -422,6 +422,7 @@ class Settings:
                 _set(doc, key, norm)
                 changed.append(key)
         self._cross_checks(doc, flat, errors)
+        changed.sort()   # the patch's key order is the dict's, which CircuitPython does not keep: answers and logs
         return doc, changed, errors
 
     @staticmethod

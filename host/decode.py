@@ -13,7 +13,7 @@ if _CP not in sys.path:
 
 from meter import obis  # noqa: E402
 from meter.d0 import decode_d0  # noqa: E402
-from meter.decimal import to_float  # noqa: E402
+from meter.decimal import to_str  # noqa: E402
 from meter.framer import SML, Framer  # noqa: E402
 from meter.sml import SmlResult, decode_frame, decode_messages  # noqa: E402
 
@@ -38,7 +38,8 @@ def result_dict(res, fmt):
             kind = obis.ROWS[i][2]
             if kind == "energy":
                 e -= 3  # Wh -> kWh, exact
-            values[code] = {"value": to_float(m, e), "unit": obis.KINDS[kind][0]}
+            values[code] = {"value": float(to_str(m, e)),  # host tool output, not a device wire value
+                            "unit": obis.KINDS[kind][0]}
     return {"ok": True, "format": fmt, "crc": res.crc, "server_id": res.server_id(), "values": values}
 
 

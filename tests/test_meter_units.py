@@ -4,7 +4,7 @@ import pytest
 
 from meter import obis
 from meter.crc import crc16_kermit, crc16_x25
-from meter.decimal import cmp, kwh_float, kwh_str, parse, rescale, sub, to_float, to_str
+from meter.decimal import cmp, kwh_str, parse, rescale, sub, to_str
 from meter.median import Median
 from meter.reading import Reading
 from meter.sml import SmlResult, _skip, decode_messages
@@ -45,7 +45,7 @@ def test_decimal_edges():
     assert sub(100, 0, 5, -1) == (995, -1) and cmp(1, 3, 999, 0) == 1 and cmp(1000, 0, 1, 3) == 0
     # a 9-digit kWh counter keeps every digit because it never is a float inside
     assert kwh_str(12345678901234, -4) == "1234567.8901234"
-    assert kwh_float(44998962, -1) == 4499.8962 and to_float(-29912, -2) == -299.12
+    assert kwh_str(44998962, -1) == "4499.8962" and to_str(-29912, -2) == "-299.12"
     assert parse("002714.12830185") == (271412830185, -8) and parse("+1") == (1, 0)
     for bad in ("", "1.2.3", "abc", "-", "1e5"):
         with pytest.raises(ValueError):

@@ -1,5 +1,6 @@
 """ModbusServer on the socketpool stand-in (device errno, 8 sockets), driven by pymodbus, pysunspec2 and raw frames."""
 
+import json
 import socket
 import struct
 import threading
@@ -387,7 +388,7 @@ def test_disabled_server_holds_no_socket_and_follows_the_setting():
             if rr.isError():
                 raise ModbusIOException("error reply")
         c.close()
-        st = h.server.status()
+        st = json.loads(h.server.status_json())
         assert (st["enabled"], st["running"], st["port"], st["active_connections"]) == (False, False, h.port, 0)
     finally:
         h.close()
@@ -413,7 +414,7 @@ def test_out_of_sockets_is_counted_not_fatal(srv):
 
 
 def test_status_shape(srv):
-    st = srv.server.status()
+    st = json.loads(srv.server.status_json())
     assert (st["enabled"], st["running"], st["port"]) == (True, True, srv.port)
     w = [r for r in st["registers"] if r["name"] == "W"][0]
     assert (w["register"], w["value"], w["raw"], w["scale_register"]) == (40088, -1234.0, -1234, 40092)
@@ -540,12 +541,12 @@ def test_modbus_port_setting_moves_the_listener_without_override():
     server = ModbusServer(socketpool.SocketPool(None), bus, settings, host="127.0.0.1")
     try:
         server.start()
-        assert server.status()["port"] == first
+        assert json.loads(server.status_json())["port"] == first
         socket.create_connection(("127.0.0.1", first), timeout=1).close()
         settings.doc["modbus"]["port"] = second
         bus.publish("settings", ["modbus.port"])
         server.poll(ticks_ms())
-        assert server.status()["port"] == second and socketpool.open_count() == 1
+        assert json.loads(server.status_json())["port"] == second and socketpool.open_count() == 1
         socket.create_connection(("127.0.0.1", second), timeout=1).close()
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", first), timeout=1)

@@ -3,12 +3,13 @@
 import json
 import os
 import struct
+from decimal import Decimal
 
 import pytest
 import sunspec2.modbus.client as ss_client
 
 from meter.reading import Reading
-from services.modbus.sunspec_map import BASE, POINTS, SF_GROUPS, SunSpecMap, energy_sf
+from services.modbus.sunspec_map import BASE, POINTS, SF_GROUPS, SunSpecMap, energy_sf, registers_json
 from tools.mpvm import MicroVM
 
 MODELS_DIR = os.path.join(os.path.dirname(ss_client.__file__), "..", "models", "json")
@@ -171,13 +172,15 @@ def test_power_beyond_int16_moves_the_scale_factor_never_wraps():
 
 
 def test_energy_scale_factor_follows_ct_ratio():
-    assert energy_sf(1) == 0          # 999 999.9 kWh = 10**9 Wh fits an acc32 (4.29e9) in Wh
-    assert energy_sf(4) == 0
-    assert energy_sf(5) == 1
-    assert energy_sf(42.9) == 1
-    assert energy_sf(43) == 2
-    assert energy_sf(10000) == 4
-    m = SunSpecMap(203, energy_sf_min=energy_sf(100))
+    assert energy_sf(10) == 0         # ctRatio 1: 999 999.9 kWh = 10**9 Wh fits an acc32 (4.29e9) in Wh
+    assert energy_sf(40) == 0
+    assert energy_sf(42) == 0         # 4.2e9 Wh still fits
+    assert energy_sf(43) == 1
+    assert energy_sf(50) == 1
+    assert energy_sf(429) == 1
+    assert energy_sf(430) == 2
+    assert energy_sf(100000) == 4     # ctRatio 10000
+    m = SunSpecMap(203, energy_sf_min=energy_sf(1000))
     m.update(Reading(1, {"1.8.0": (123456789, -1), "2.8.0": (0, 0)}))   # 12 345 678.9 Wh
     meter = scan(m).models[203][0]
     assert meter.TotWh_SF.cvalue == 2
@@ -204,10 +207,15 @@ def test_status_rows_describe_the_registers():
     rows = {r["name"]: r for r in m.registers()}
     assert set(rows) == {p[0] for p in POINTS}
     w = rows["W"]
-    assert w == {"register": 40088, "name": "W", "obis": "16.7.0", "value": -1234.0, "unit": "W", "valid": True,
+    assert w == {"register": 40088, "name": "W", "obis": "16.7.0", "value": (-1234, 0), "unit": "W", "valid": True,
                  "raw": -1234, "scale_factor": 0, "scale_register": 40092, "derived": False}
-    assert rows["TotWhImp"]["register"] == 40116 and rows["TotWhImp"]["value"] == 12345679.0
-    assert rows["Hz"]["value"] == pytest.approx(49.98) and rows["Hz"]["scale_register"] == 40087
+    assert rows["TotWhImp"]["register"] == 40116 and rows["TotWhImp"]["value"] == (12345679, 0)
+    assert rows["Hz"]["value"] == (4998, -2) and rows["Hz"]["scale_register"] == 40087
+    doc = json.loads(registers_json(m.registers()), parse_float=Decimal)
+    by_name = {r["name"]: r for r in doc}
+    assert by_name["Hz"]["value"] == Decimal("49.98") and by_name["W"]["value"] == -1234
+    assert list(doc[0]) == ["register", "name", "obis", "value", "unit", "valid", "raw", "scale_factor",
+                            "scale_register", "derived"]
     rows213 = {r["name"]: r for r in SunSpecMap(213).registers()}
     assert rows213["W"]["register"] == 40098 and rows213["W"]["scale_factor"] is None
 

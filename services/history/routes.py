@@ -70,7 +70,11 @@ def latest_body(reading, clock, lang, now_ms, energy_floor=None):
         when = "%04d-%02d-%02dT%02d:%02d:%02d" % (y, mo, d, hh, mm, ss)
     parts = ['{"timestamp":%d,"datetime":"%s"' % (ts, when)]
     values = energy_floor.filter(reading.values) if energy_floor is not None else reading.values
-    for code, v in values.items():
+    # The OBIS table's order, never the dict's: CircuitPython's dicts keep no insertion order.
+    for code in obis.CODES:
+        v = values.get(code)
+        if v is None:
+            continue
         unit = obis.unit(code)
         if unit is None:
             continue

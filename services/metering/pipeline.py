@@ -6,11 +6,12 @@ from core.elapsed import fresh
 from core.module import OK, WARN, Module
 from meter import obis
 from meter.d0 import decode_d0
-from meter.decimal import sub
+from meter.decimal import Exact, sub
 from meter.framer import SML
 from meter.median import Median
 from meter.reading import Reading
 from meter.sml import E_CRC, SmlResult, decode_frame
+from meter.decimal import parse_ct
 from services.metering.register import EnergyRegister, scale
 
 _MEDIAN_SIZES = (0, 1, 3, 5, 7, 9)  # 0 is the wire encoding of "Off"; 1 means the same
@@ -27,17 +28,6 @@ def parse_median(value):
     if isinstance(value, bool) or not isinstance(value, int) or value not in _MEDIAN_SIZES:
         return None
     return value if value else 1
-
-
-def parse_ct(value):
-    """ctRatio setting (1..10000, step 0.1) as integer tenths, or None when invalid."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    tenths = int(round(value * 10))
-    # CircuitPython floats carry ~7 digits: 9999.9 * 10 may come out as 99998.99; steps are 1 apart
-    if abs(value * 10 - tenths) > 0.05 or not 10 <= tenths <= 100000:
-        return None
-    return tenths
 
 
 class MeterPipeline(Module):
@@ -183,7 +173,7 @@ class MeterPipeline(Module):
         d = Module.describe(self)
         d["stale"] = self.stale
         d["median"] = self.median_size
-        d["ct_ratio"] = self.ct_tenths / 10
+        d["ct_ratio"] = Exact(self.ct_tenths, -1)   # a JSON number from integers (no 30-bit float on the wire)
         d["protocol"] = self.format or ""  # the web dashboard's meter health
         return d
 

@@ -1,6 +1,8 @@
 """GET /api/v1/modbus/status: whether the Modbus server runs, its clients and what its registers hold now."""
 
-from adafruit_httpserver import GET, JSONResponse, Route
+from adafruit_httpserver import GET, Response, Route
+
+from services.modbus.server import status_json
 
 
 def routes(app):
@@ -9,10 +11,10 @@ def routes(app):
     def modbus_status(request):
         server = app.modbus
         if server is None:
-            body = {"enabled": False, "running": False, "port": app.settings.get("modbus.port", 502),
-                    "active_connections": 0, "registers": []}
+            port = app.settings.get("modbus.port", 502)
+            body = status_json(False, False, port if isinstance(port, int) else 502, 0, "[]")
         else:
-            body = server.status()
-        return JSONResponse(request, body)
+            body = server.status_json()
+        return Response(request, body, content_type="application/json")
 
     return [Route("/api/v1/modbus/status", GET, modbus_status)]

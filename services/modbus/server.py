@@ -7,7 +7,8 @@ from micropython import const
 
 from core.elapsed import fresh
 from core.module import OK, WARN, Module
-from services.modbus.sunspec_map import SunSpecMap, energy_sf
+from meter.decimal import parse_ct
+from services.modbus.sunspec_map import SunSpecMap, energy_sf, registers_json
 
 _MBAP = const(7)             # transaction id, protocol id, length, unit id
 _FRAME_MAX = const(260)      # MBAP + the largest PDU (253 bytes)
@@ -125,8 +126,7 @@ class ModbusServer(Module):
         if model not in (203, 213):
             self._note("modbus.model %r is not 203 or 213: serving 203", model)
             model = 203
-        ct = s.get("ctRatio", 1)
-        return enable, int(port), model, energy_sf(ct if isinstance(ct, (int, float)) and ct >= 1 else 1)
+        return enable, int(port), model, energy_sf(parse_ct(s.get("ctRatio", 1)) or 10)
 
     def _configure(self):
         """Apply the settings (a new map when model or energy SF floor change); True when enable/port changed."""
@@ -323,10 +323,10 @@ class ModbusServer(Module):
             c.txn = 0
             c.txoff = 0
 
-    def status(self):
-        """GET /api/v1/modbus/status body (aio-wattwaechter ModbusStatus)."""
-        return {"enabled": self.enabled, "running": self.running, "port": self.port,
-                "active_connections": self.active_connections(), "registers": self.map.registers()}
+    def status_json(self):
+        """GET /api/v1/modbus/status body (aio-wattwaechter ModbusStatus) as JSON text, keys in a fixed order."""
+        return status_json(self.enabled, self.running, self.port, self.active_connections(),
+                           registers_json(self.map.registers()))
 
     def describe(self):
         d = Module.describe(self)
@@ -337,3 +337,9 @@ class ModbusServer(Module):
         d["sockets"] = self.sockets_in_use()
         d["overflows"] = self.map.overflows
         return d
+
+
+def status_json(enabled, running, port, connections, registers):
+    """The status object's text; registers is the JSON array text of the register rows."""
+    return ('{"enabled":%s,"running":%s,"port":%d,"active_connections":%d,"registers":%s}'
+            % ("true" if enabled else "false", "true" if running else "false", port, connections, registers))

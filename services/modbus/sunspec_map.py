@@ -4,7 +4,7 @@ import struct
 
 from micropython import const
 
-from meter.decimal import rescale, to_float
+from meter.decimal import f32_bits, rescale, to_str
 
 BASE = const(40000)           # protocol address of 'SunS' (pysunspec2, evcc and SMA scan here first)
 _COMMON = const(2)            # register offset of model 1 (after 'SunS')
@@ -66,11 +66,12 @@ _PHASES_A = ("31.7.0", "51.7.0", "71.7.0")
 _PHASES_V = ("32.7.0", "52.7.0", "72.7.0")
 
 
-def energy_sf(ct_ratio):
-    """Smallest TotWh_SF >= 0 that holds a full meter counter (10**9 Wh) times ct_ratio in an acc32."""
-    top = METER_WH_RANGE * ct_ratio
+def energy_sf(ct_tenths):
+    """Smallest TotWh_SF >= 0 that holds a full meter counter (10**9 Wh) times the ctRatio (in tenths) in an
+    acc32; integers only."""
+    top = METER_WH_RANGE * ct_tenths          # ten times the largest total in Wh
     sf = 0
-    while top / (10 ** sf) > _ACC32_MAX and sf < _SF_MAX:
+    while top > _ACC32_MAX * 10 * 10 ** sf and sf < _SF_MAX:
         sf += 1
     return sf
 
@@ -138,6 +139,7 @@ class SunSpecMap:
         self.source = None        # the Reading the image shows (None: stale or none yet)
         self.valid = 0            # bitmask over POINTS: which points hold a value
         self.derived = 0          # bitmask over POINTS: which values are derived from other codes
+        self.exact = [None] * _NPOINTS   # model 213: the exact decimal (m, e) each float32 register was made from
         self.overflow = 0         # points of the current image left "not implemented": even SF 10 cannot hold them
         self.overflows = 0        # the same, summed over all updates
         self.updates = 0
@@ -240,10 +242,9 @@ class SunSpecMap:
         for i in range(_NPOINTS):
             at = (_METER + POINTS[i][5]) * 2
             v = got[i]
-            if v is None:
-                struct.pack_into(">I", img, at, _F32_NI)
-            else:
-                struct.pack_into(">f", img, at, to_float(v[0], v[1]))
+            self.exact[i] = None if v is None else (v[0], v[1])
+            # From the exact decimal with integers: a float made on the device (30 bits) would be off.
+            struct.pack_into(">I", img, at, _F32_NI if v is None else f32_bits(v[0], v[1]))
 
     def offset(self, address, count):
         """Byte offset of registers address..address+count-1 in the image, or -1 when outside the map."""
@@ -253,7 +254,8 @@ class SunSpecMap:
         return rel * 2
 
     def registers(self):
-        """The status listing (aio-wattwaechter ModbusRegisterInfo): what the registers hold right now."""
+        """The status listing (aio-wattwaechter ModbusRegisterInfo): what the registers hold right now; value is
+        the exact decimal (m, e) the register stands for, or None (registers_json writes it as a JSON number)."""
         img = self.image
         out = []
         for i in range(_NPOINTS):
@@ -270,15 +272,36 @@ class SunSpecMap:
                     raw = struct.unpack_from(">I", img, (reg - BASE) * 2)[0]
                 else:
                     raw = struct.unpack_from(">h", img, (reg - BASE) * 2)[0]
-                value = to_float(raw, sf) if ok else None
+                value = (raw, sf) if ok else None
                 row = {"register": reg, "name": name, "obis": obis, "value": value, "unit": unit, "valid": ok,
                        "raw": raw, "scale_factor": sf, "scale_register": sf_reg}
             else:
                 reg = BASE + _METER + off213
                 raw = struct.unpack_from(">I", img, (reg - BASE) * 2)[0]
-                value = struct.unpack_from(">f", img, (reg - BASE) * 2)[0] if ok else None
+                value = self.exact[i] if ok else None
                 row = {"register": reg, "name": name, "obis": obis, "value": value, "unit": unit, "valid": ok,
                        "raw": raw, "scale_factor": None, "scale_register": None}
             row["derived"] = bool(self.derived & (1 << i))
             out.append(row)
         return out
+
+
+_ROW_JSON = ('{"register":%d,"name":"%s","obis":"%s","value":%s,"unit":"%s","valid":%s,"raw":%d,'
+             '"scale_factor":%s,"scale_register":%s,"derived":%s}')
+
+
+def _js(flag):
+    return "true" if flag else "false"
+
+
+def registers_json(rows):
+    """The rows of registers() as a JSON array text: keys in a fixed order, values as exact decimal numbers."""
+    out = []
+    for r in rows:
+        v = r["value"]
+        out.append(_ROW_JSON % (r["register"], r["name"], r["obis"], "null" if v is None else to_str(v[0], v[1]),
+                                r["unit"], _js(r["valid"]), r["raw"],
+                                "null" if r["scale_factor"] is None else str(r["scale_factor"]),
+                                "null" if r["scale_register"] is None else str(r["scale_register"]),
+                                _js(r["derived"])))
+    return "[" + ",".join(out) + "]"

@@ -206,7 +206,7 @@ class ImprovProvisioning(Module):
         if not ssid:
             errors["wifi.primary.ssid"] = "must not be empty"
         if errors:
-            self._error(improv.UNABLE_TO_CONNECT, "; ".join("%s %s" % kv for kv in errors.items()))
+            self._error(improv.UNABLE_TO_CONNECT, "; ".join("%s %s" % (k, errors[k]) for k in sorted(errors)))
             return
         self._set_state(improv.PROVISIONING)
         self._pending_wifi = (doc, changed, doc["wifi"]["primary"])  # joined at the next poll: the state goes first

@@ -1,10 +1,13 @@
 """System routes: alive, info, led, wifi_scan, timezones, reboot."""
 
 
-from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Route
+import json
+
+from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Response, Route
 
 from core.version import VERSION
 from drivers.radio import AP_IP, ap_ssid
+from meter.decimal import Exact
 from services.api.server import ApiError, query
 
 _LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wattwaechter's LedMode names
@@ -12,6 +15,24 @@ _LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wa
 
 def _entry(name, value, unit=""):
     return {"name": name, "value": value, "unit": unit}
+
+
+def _value_json(value):
+    """A JSON value text: an Exact decimal as its exact number, anything else as json.dumps writes it."""
+    if isinstance(value, Exact):
+        return str(value)
+    return json.dumps(value)
+
+
+def info_json(sections):
+    """The /system/info body from [(section, [entry])]: sections and keys in a fixed order (CircuitPython's dicts
+    keep none), numbers exact."""
+    out = []
+    for name, entries in sections:
+        rows = ['{"name":%s,"value":%s,"unit":%s}' % (json.dumps(e["name"]), _value_json(e["value"]),
+                                                      json.dumps(e["unit"])) for e in entries]
+        out.append('"%s":[%s]' % (name, ",".join(rows)))
+    return "{" + ",".join(out) + "}"
 
 
 def _section(d):
@@ -96,20 +117,20 @@ def routes(app):
         http = getattr(app, "http", None)
         mqtt = getattr(app, "mqtt", None)
         clock = _section(app.clock.describe()) if app.clock is not None else [_entry("synced", False)]
-        data = {
-            "uptime": [_entry("uptime", up_ms // 1000, "s"), _entry("reset_reason", app.reset_reason)],
-            "wifi": wifi,
-            "ap": ap,
-            "esp": [_entry("esp_id", app.device_id), _entry("os_version", VERSION),
-                    _entry("device_name", app.settings.get("device_name", ""))],
-            "heap": heap,
-            "meter": meter,
-            "clock": clock,
-            "supervisor": supervisor,
-            "http": _section(http.describe()) if http is not None else [],
-            "mqtt": _section(mqtt.describe()) if mqtt is not None else [],
-        }
-        return JSONResponse(request, data)
+        sections = (
+            ("uptime", [_entry("uptime", up_ms // 1000, "s"), _entry("reset_reason", app.reset_reason)]),
+            ("wifi", wifi),
+            ("ap", ap),
+            ("esp", [_entry("esp_id", app.device_id), _entry("os_version", VERSION),
+                     _entry("device_name", app.settings.get("device_name", ""))]),
+            ("heap", heap),
+            ("meter", meter),
+            ("clock", clock),
+            ("supervisor", supervisor),
+            ("http", _section(http.describe()) if http is not None else []),
+            ("mqtt", _section(mqtt.describe()) if mqtt is not None else []),
+        )
+        return Response(request, info_json(sections), content_type="application/json")
 
     def led(request):
         d = app.led.info()
