@@ -101,7 +101,8 @@ class _ModbusEnergy:
 
 
 def _check_history(host, first_day, last_day):
-    """(quarter hours seen, missing quarter hours, days whose quarter hours disagree with lowRes)."""
+    """(quarter hours seen, [(UTC second after which quarter hours are missing, how many)], days whose quarter hours
+    do not add up to their lowRes energy). Days the HighRes ring no longer holds whole are not compared."""
     quarters = []
     mismatched = []
     days = (last_day - first_day).days + 1
@@ -111,12 +112,16 @@ def _check_history(host, first_day, last_day):
         for item in low["items"]:
             low_by_date[item["date"]] = item
     day = first_day
+    oldest_whole = None
     while day <= last_day:
         status, high, _h = host.get("/api/v1/history/highRes?date=%s" % day.isoformat())
         items = high["items"] if status == 200 and high else []
         quarters += [item["timestamp"] for item in items]
+        if items and oldest_whole is None and items[0]["date"].endswith("T00:00"):
+            oldest_whole = day
         low_item = low_by_date.get(day.isoformat())
-        if items and low_item is not None and first_day < day < last_day:   # whole days only
+        whole = oldest_whole is not None and first_day < day < last_day
+        if items and low_item is not None and whole:
             for code, high_key, low_key in (("1.8.0", "import_kW", "import_kWh"),
                                             ("2.8.0", "export_kW", "export_kWh")):
                 if low_key not in low_item:
@@ -126,9 +131,10 @@ def _check_history(host, first_day, last_day):
                     mismatched.append((day.isoformat(), code, str(total), low_item[low_key]))
         day += datetime.timedelta(days=1)
     quarters.sort()
-    missing = 0
+    missing = []
     for a, b in zip(quarters, quarters[1:]):
-        missing += max(0, (b - a) // 900 - 1)
+        if b - a > 900:
+            missing.append((a, (b - a) // 900 - 1))
     return len(quarters), missing, mismatched
 
 
@@ -193,7 +199,7 @@ def run(days, speed, work, report=print):
         alive = host.proc.poll() is None
         first = datetime.datetime.fromtimestamp(EPOCH0, datetime.timezone.utc).date()
         last = datetime.datetime.fromtimestamp(int(sim()), datetime.timezone.utc).date()
-        quarters, missing, mismatched = _check_history(host, first, last) if alive else (0, -1, [])
+        quarters, missing, mismatched = _check_history(host, first, last) if alive else (0, [(0, -1)], [])
     finally:
         if modbus is not None:
             modbus.close()
@@ -246,7 +252,12 @@ def main(argv=None):
     print("resident memory %d -> max %d KB after the first quarter; open fds %d -> max %d"
           % (r["rss_kb"] + r["fds"]))
     print("history: %d quarter hours, %d missing, %d days not matching lowRes" %
-          (r["quarters"], r["missing_quarters"], len(r["mismatched_days"])))
+          (r["quarters"], sum(n for _t, n in r["missing_quarters"]), len(r["mismatched_days"])))
+    for after, n in r["missing_quarters"][:10]:
+        print("  %d quarter hours missing after %s UTC"
+              % (n, datetime.datetime.fromtimestamp(after, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")))
+    for day in r["mismatched_days"][:10]:
+        print("  %s %s: quarter hours add up to %s, lowRes says %s" % day)
     for name, count, back in r["series"]:
         print("  %-22s %7d values, %d steps back %s" % (name, count, len(back), back or ""))
     print("REST /history/latest answers %s; modbus errors %d; faults logged %d"

@@ -42,3 +42,43 @@ def test_a_power_cut_before_any_step_of_the_move_loses_no_record(tmp_path, monke
         assert (list(st.records(hs.HR)), list(st.records(hs.LR))) == (hr0, lr0), "cut before step %d" % cut
         assert sorted(os.listdir(".")) == ["history"] and os.listdir("history") == ["history.bin"]
         shutil.rmtree(drive)
+
+
+def _v1_drive(path):
+    """A drive whose history/history.bin has the first layout's ring sizes (1500 / 372 slots)."""
+    os.makedirs(os.path.join(path, "history"))
+    st = hs.HistoryStore(os.path.join(path, hp.PATH), hr_cap=1500, lr_cap=372)
+    st.open()
+    t0 = 1_782_000_000
+    st.write([(0, t0 + 900 * i, 20625 + i // 96, 300, 120, hs.F_POWER, 10_000 + 25 * i, 7, 25, 0)
+              for i in range(1600)],                      # wrapped once
+             [(0, t0 + 86400 * i, 20625 + i, 0, 120, 0, 10_000 + 2400 * i, 7, 2400, 0) for i in range(20)])
+    return list(st.records(hs.HR)), list(st.records(hs.LR))
+
+
+def test_a_power_cut_in_the_ring_size_migration_loses_no_record(tmp_path, monkeypatch):
+    """SIGKILL before a drive change of the 15-day/1-year file's migration to 30 days/2 years: the next start
+    serves every record. Every step of the switch (rename, rename, remove) and every 29th write of the copy."""
+    seed = str(tmp_path / "seed")
+    hr0, lr0 = _v1_drive(seed)
+    assert len(hr0) == 1500 and len(lr0) == 20
+    whole = str(tmp_path / "whole")
+    shutil.copytree(seed, whole)
+    steps = hp.migration_steps(whole, 10 ** 9)
+    assert steps > 1000                        # the new file's creation, ~1500 record writes, the switch
+    monkeypatch.chdir(whole)
+    st = hs.HistoryStore()
+    assert st.open() == "ok" and st.hr.cap == hs.HR_CAP == 3000 and st.lr.cap == hs.LR_CAP == 732
+    assert (list(st.records(hs.HR)), list(st.records(hs.LR))) == (hr0, lr0)
+    cuts = sorted(set(range(0, steps, 29)) | set(range(steps - 8, steps)))
+    for cut in cuts:
+        drive = str(tmp_path / ("cut%d" % cut))
+        shutil.copytree(seed, drive)
+        assert hp.migration_steps(drive, cut) is None
+        monkeypatch.chdir(drive)
+        st = hs.HistoryStore(legacy=hp.LEGACY)
+        assert st.open() in ("ok", "migrated"), "cut before step %d" % cut
+        assert (list(st.records(hs.HR)), list(st.records(hs.LR))) == (hr0, lr0), "cut before step %d" % cut
+        assert os.listdir("history") == ["history.bin"], "cut before step %d" % cut
+        monkeypatch.chdir(str(tmp_path))
+        shutil.rmtree(drive)

@@ -134,6 +134,12 @@ def test_a_silent_meter_leaves_missing_records_and_no_energy_is_lost():
     d = [r for r in sim.lr() if r[2] == day][0]
     assert d[8] == sum(r[8] for r in recs) == recs[-1][6] - d[6]
     assert d[6] - first_total <= 25 and d[5] & hs.F_GAP
+    # The API marks the record that closes the gap with its length: the chart draws a gap, not a tall bar.
+    import json
+
+    body = json.loads("".join(sim.h.high_res(day)()))
+    closing = [i for i in body["items"] if "gap_s" in i]
+    assert [(i["timestamp"], i["gap_s"]) for i in closing] == [(back[0][1], 8 * 900)]
 
 
 def test_device_off_over_midnight_closes_the_old_day_and_keeps_all_energy():

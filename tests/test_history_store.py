@@ -170,15 +170,61 @@ def test_an_older_format_is_kept_aside_and_a_new_file_started(drive):
     assert HistoryStore(hr_cap=8, lr_cap=2).open() == "ok"
 
 
-def test_other_ring_sizes_in_the_header_are_treated_as_damage_not_trusted(drive):
+def test_other_ring_sizes_in_a_valid_header_are_migrated_record_by_record(drive):
+    """An older firmware's file (smaller rings) keeps every record in the new layout, in order, seq kept."""
+    log = ListLog()
     st = HistoryStore(hr_cap=8, lr_cap=2)
     st.open()
-    with open(PATH, "r+b") as f:
-        f.write(hs.header_bytes(9, 2))
-    again = HistoryStore(hr_cap=8, lr_cap=2)
-    assert again.open() == "header"
+    fill(st, 11, 3)                       # the HighRes ring wrapped once, LowRes too
+    hr0, lr0 = list(st.records(HR)), list(st.records(LR))
+    assert len(hr0) == 8 and len(lr0) == 2
+    again = HistoryStore(hr_cap=12, lr_cap=4, log=log)
+    assert again.open() == "migrated"
+    assert (list(again.records(HR)), list(again.records(LR))) == (hr0, lr0)
+    assert "migrated from 8/2 to 12/4 slots, 8 HighRes and 2 LowRes records kept" in log.text()
+    assert os.path.getsize(PATH) == again.size and sorted(os.listdir("history")) == ["history.bin"]
     with open(PATH, "rb") as f:
-        assert hs.parse_header(f.read(hs.HEADER_SIZE))[2:] == (8, 2)
+        assert hs.parse_header(f.read(hs.HEADER_SIZE))[2:] == (12, 4)
+    fill(again, 1, 1, t0=1_800_000_000, d0=50)           # writing goes on after the newest record
+    assert [r[1] for r in again.records(HR)][-2:] == [hr0[-1][1], 1_800_000_000]
+    assert HistoryStore(hr_cap=12, lr_cap=4).open() == "ok"
+
+
+def test_a_smaller_layout_keeps_the_newest_records(drive):
+    st = HistoryStore(hr_cap=8, lr_cap=4)
+    st.open()
+    fill(st, 8, 4)
+    hr0, lr0 = list(st.records(HR)), list(st.records(LR))
+    again = HistoryStore(hr_cap=5, lr_cap=2)
+    assert again.open() == "migrated"
+    assert (list(again.records(HR)), list(again.records(LR))) == (hr0[-5:], lr0[-2:])
+
+
+@pytest.mark.parametrize("state", ["new_partial", "set_aside", "switched"])
+def test_an_interrupted_migration_is_finished_at_the_next_start(drive, state):
+    """The states a cut between the migration's drive steps leaves (the SIGKILL test runs the real thing)."""
+    st = HistoryStore(hr_cap=8, lr_cap=2)
+    st.open()
+    fill(st, 6, 2)
+    hr0, lr0 = list(st.records(HR)), list(st.records(LR))
+    if state == "new_partial":            # cut while .new was written: the original is whole
+        with open("history/history.new", "wb") as f:
+            f.write(b"\x00" * 100)
+    else:
+        done = HistoryStore(hr_cap=12, lr_cap=4)
+        done.open()                        # a complete migration, then its steps undone in part
+        os.rename(PATH, "history/history.new")
+        st2 = HistoryStore(hr_cap=8, lr_cap=2)
+        st2._create()
+        st2.write([r for r in hr0], [r for r in lr0])
+        os.rename(PATH, "history/history.old")
+        if state == "switched":
+            os.rename("history/history.new", PATH)
+    again = HistoryStore(hr_cap=12, lr_cap=4)
+    assert again.open() in ("ok", "migrated")
+    assert [r[1:] for r in again.records(HR)] == [r[1:] for r in hr0]
+    assert [r[1:] for r in again.records(LR)] == [r[1:] for r in lr0]
+    assert sorted(os.listdir("history")) == ["history.bin"]
 
 
 def test_serializer_json_shapes(drive):
@@ -279,3 +325,45 @@ def test_a_copy_whose_original_was_deleted_by_hand_is_kept(drive):
     os.rename("history.bin", "history/history.tmp")
     st = HistoryStore(legacy="history.bin")
     assert st.open() == "ok" and list(st.records(HR)) == hr and list(st.records(LR)) == lr
+
+
+def test_the_record_that_closes_a_gap_says_how_long_the_gap_was(drive):
+    import json
+
+    day = 20000
+    t = day * 86400 - 3600                       # local midnight at UTC+1
+    before = (0, t - 900 * 5, day - 1, 0, 60, 0, 1000, 0, 10, 0)     # 22:45 the day before, then 1 h 15 min off
+    hr = [(0, t + 900 * i, day, 0, 60, 0, 2000 + i, 0, 10, 0) for i in (0, 1, 2)]
+    hr += [(0, t + 900 * 7, day, 0, 60, hs.F_GAP, 3000, 0, 40, 0),            # 4 quarter hours without a record
+           (0, t + 900 * 8, day, 0, 60, 0, 3010, 0, 10, 0)]
+    body = json.loads("".join(hs.high_res_json([[before] + hr], day)))
+    gaps = [(i["date"][11:], i.get("gap_s")) for i in body["items"]]
+    assert gaps == [("00:00", 3600), ("00:15", None), ("00:30", None), ("01:45", 3600), ("02:00", None)]
+    assert body["count"] == 5                    # the day before only says where the gap starts
+    assert list(body["items"][3]) == ["date", "timestamp", "import_total_kWh", "export_total_kWh", "import_kW",
+                                      "export_kW", "gap_s"]
+    alone = json.loads("".join(hs.high_res_json([hr], day)))
+    assert "gap_s" not in alone["items"][0]      # nothing known before the first record: no gap claimed
+    assert "gap_s" not in "".join(hs.low_res_json([[(0, t, day, 96, 60, hs.F_GAP, 1, 0, 2, 0)]], day, 1))
+
+
+def test_a_flush_while_an_answer_streams_skips_no_record(drive):
+    """The head moves when a flush lands between two reads of a streamed answer: the answer keeps every record it
+    started with (it followed the moving head and skipped as many slots as were written)."""
+    st = HistoryStore(hr_cap=40, lr_cap=2)
+    st.open()
+    fill(st, 40)                                  # full ring
+    want = list(st.records(HR))
+    snap = st.hr.next_seq - 1
+    got = []
+    reads = 0
+    stream = st.hr.records(st.opener, st.path, bytearray(4 * hs.REC_SIZE), max_seq=snap, ticks=True)
+    for r in stream:
+        if r is not None:
+            got.append(r)
+            continue
+        reads += 1
+        if reads == 2:                            # between two reads: a flush of 3 quarter hours
+            st.write([rec(1_800_000_000 + 900 * i, a=5000 + i) for i in range(3)], [])
+            assert st.hr.head == 3
+    assert got == want                            # read before the flush overwrote them, or after: all 40

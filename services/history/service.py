@@ -301,7 +301,8 @@ class History(Module):
         ok = self.store_ok
 
         def body():
-            recs = store.records(hs.HR, snap, day, day + 1, True) if ok else ()
+            # From the day before: its last quarter hour says whether the day starts with a gap.
+            recs = store.records(hs.HR, snap, day - 1, day + 1, True) if ok else ()
             return hs.high_res_json((recs, ram), day)
         return body
 

@@ -12,7 +12,8 @@ from core.tz import civil_from_days
 # File layout (little-endian), see docs/history.md:
 #   header (64 bytes): magic "MPH\x01", version u16, record size u16, HighRes slots u16, LowRes slots u16,
 #                      zero padding, CRC-32 of bytes 0..59 at 60..63
-#   HighRes ring: HR_CAP slots of REC_SIZE bytes, then LowRes ring: LR_CAP slots.
+#   HighRes ring: HR_CAP slots of REC_SIZE bytes, then LowRes ring: LR_CAP slots. A file with other ring sizes in a
+#   valid header (an older firmware's 1500/372) is migrated record by record, see HistoryStore.migrate().
 # Record: seq u32, t u32 (UTC epoch s), day i32 (local day number), power i32 (W), off i16 (UTC offset, min),
 #         flags u16, a i64, b i64, c i64, d i64 (energies in 0.1 Wh), crc u32 (CRC-32 of bytes 0..51).
 #   HighRes: t = start of the quarter hour, a/b = import/export totals at its end, c/d = its import/export energy.
@@ -25,8 +26,8 @@ REC_SIZE = const(56)
 _HDR_FMT = "<4sHHHH"
 HR = const(1)
 LR = const(2)
-HR_CAP = const(1500)  # 15 days of 100 quarter hours (the longest DST day): retention never falls short
-LR_CAP = const(372)   # a year and a week of days
+HR_CAP = const(3000)  # 30 days of 100 quarter hours (the longest DST day): retention never falls short
+LR_CAP = const(732)   # two years (a leap year included) of days
 
 F_POWER = const(1)    # power holds an average of 16.7.0 samples
 F_GAP = const(2)      # the energy spans time without readings (counted from the last known totals)
@@ -130,8 +131,11 @@ class Ring:
         last_t = -1
         i = 0
         cap = self.cap
+        # The head as it is now: a flush while the answer streams moves self.head, and following it would skip
+        # as many slots as were written (records of the asked day missing from the answer; the soak found it).
+        head = self.head
         while i < cap:
-            slot = (self.head + i) % cap
+            slot = (head + i) % cap
             n = per
             if n > cap - i:
                 n = cap - i
@@ -202,6 +206,7 @@ class HistoryStore:
             # Drive read-only (USB owns it) or full: serve the old file where it is; the next open() moves it.
             self.path = self.legacy
             self._note("error", "history: cannot move %s to %s, using it where it is: %s", self.legacy, self.home, exc)
+        self._finish_migration()
         try:
             f = open(self.path, "rb")
         except OSError:
@@ -234,7 +239,13 @@ class HistoryStore:
                        self.path, hdr[0], hdr[1], aside)
             return self.status
         if hdr is not None and (hdr[2] != self.hr.cap or hdr[3] != self.lr.cap):
-            hdr = None  # other ring sizes: the slots are misplaced, treat like a damaged header
+            # Another firmware's ring sizes (a valid header says so): copy every record into this layout.
+            n_hr, n_lr = self.migrate(hdr[2], hdr[3])
+            self.scan()
+            self.status = "migrated"
+            self._note("warning", "history: %s migrated from %d/%d to %d/%d slots, %d HighRes and %d LowRes records "
+                       "kept", self.path, hdr[2], hdr[3], self.hr.cap, self.lr.cap, n_hr, n_lr)
+            return self.status
         if length < self.size:
             self._extend(length)
             status = "extended"
@@ -295,18 +306,80 @@ class HistoryStore:
         self.moved = True
         self._note("warning", "history: %s moved to %s", legacy, self.path)
 
+    def _side(self, ext):
+        """<path without its extension>.<ext>: a name beside the file in the same folder (8.3)."""
+        slash = self.path.rfind("/")
+        dot = self.path.rfind(".")
+        return (self.path[:dot] if dot > slash else self.path) + "." + ext
+
+    def _finish_migration(self):
+        """Bring an interrupted migration to the state its last finished step stands for (see migrate())."""
+        new = self._side("new")
+        old = self._side("old")
+        have_path = exists(self.path)
+        if exists(new):
+            if not have_path and exists(old):
+                os.rename(new, self.path)      # cut after the file was set aside: the copy is complete
+                remove_quiet(old)
+                self._note("warning", "history: finished an interrupted migration")
+                return
+            remove_quiet(new)                  # cut while copying: the original is whole, migrate again
+        if exists(old):
+            if have_path:
+                remove_quiet(old)              # cut after the switch: only the leftover goes
+            else:
+                os.rename(old, self.path)      # the copy went missing: the original comes back
+
+    def migrate(self, old_hr_cap, old_lr_cap):
+        """Copy the records of a file with other ring sizes into a new file of this layout; (HighRes, LowRes)
+        records kept. The newest records win when a ring shrinks; sequence numbers stay, so order is kept.
+
+        Power-cut safe in four drive steps, each leaving a state _finish_migration() completes:
+        1. <name>.new written completely (a cut: .new is removed, the original is untouched, migrate again);
+        2. the original renamed to <name>.old;  3. .new renamed to the file;  4. .old removed.
+        RAM: READ_BATCH slots at a time, never the whole file."""
+        new = self._side("new")
+        old = self._side("old")
+        remove_quiet(new)
+        self._create(new)
+        kept = [0, 0]
+        buf = bytearray(REC_SIZE)
+        with open(new, "r+b") as out:
+            for i, kind, base, cap, ring in ((0, HR, HEADER_SIZE, old_hr_cap, self.hr),
+                                             (1, LR, HEADER_SIZE + old_hr_cap * REC_SIZE, old_lr_cap, self.lr)):
+                src = Ring(kind, base, cap)
+                with open(self.path, "rb") as f:
+                    src.scan(f, buf)
+                skip = src.valid - ring.cap
+                slot = 0
+                for r in src.records(open, self.path, bytearray(READ_BATCH * REC_SIZE)):
+                    if skip > 0:
+                        skip -= 1
+                        continue
+                    pack_into(buf, kind, r[0], r)
+                    out.seek(ring.offset(slot))
+                    out.write(buf)
+                    slot += 1
+                kept[i] = slot
+        remove_quiet(old)
+        os.rename(self.path, old)
+        os.rename(new, self.path)
+        remove_quiet(old)
+        return kept[0], kept[1]
+
     def scan(self):
         """Find both rings' heads and newest records."""
         with self.opener(self.path, "rb") as f:
             self.hr.scan(f, self._buf)
             self.lr.scan(f, self._buf)
 
-    def _create(self):
+    def _create(self, path=None):
         # Preallocate the whole file once: later flushes rewrite slots in place, so the FAT chain never changes.
-        with open(self.path, "wb") as f:
+        with open(path or self.path, "wb") as f:
             f.write(header_bytes(self.hr.cap, self.lr.cap))
             self._fill(f, HEADER_SIZE)
-        self.scan()
+        if path is None:
+            self.scan()
 
     def _fill(self, f, at):
         zero = bytes(_FILL)
@@ -379,8 +452,8 @@ def kwh(dwh):
     return "%d.%04d" % divmod(dwh, 10000)
 
 
-def _hr_item(r, sep):
-    # r = (seq, t, day, power, off, flags, a, b, c, d)
+def _hr_item(r, sep, gap):
+    # r = (seq, t, day, power, off, flags, a, b, c, d); gap: seconds without a record before this quarter hour
     local = r[1] + r[4] * 60
     mins = local % 86400 // 60
     y, m, d = civil_from_days(local // 86400)
@@ -394,11 +467,14 @@ def _hr_item(r, sep):
              '"import_kW":%s,"export_kW":%s') % (sep, y, m, d, mins // 60, mins % 60, r[1], kwh(r[6]), kwh(r[7]),
                                                kwh(r[8]), kwh(r[9]))
     if flags & F_POWER:
-        return '%s,"power_W":%d}' % (s, r[3])
+        s = '%s,"power_W":%d' % (s, r[3])
+    if gap > 0:
+        # This record closes a gap: its energy covers the quarter hours without records before it too.
+        s = '%s,"gap_s":%d' % (s, gap)
     return s + "}"
 
 
-def _lr_item(r, sep):
+def _lr_item(r, sep, _gap):
     y, m, d = civil_from_days(r[2])
     if r[5] & F_NO_EXPORT:
         return '%s{"date":"%04d-%02d-%02d","timestamp":%d,"import_total_kWh":%s,"import_kWh":%s}' % (
@@ -407,9 +483,11 @@ def _lr_item(r, sep):
             '"import_kWh":%s,"export_kWh":%s}') % (sep, y, m, d, r[1], kwh(r[6]), kwh(r[7]), kwh(r[8]), kwh(r[9]))
 
 
-def _stream(sources, first_day, end_day, item, head):
+def _stream(sources, first_day, end_day, item, head, step=0):
     # sources: iterables of records, oldest first, each newer than the previous source's; None is a tick
-    # (a file read done) passed on as an empty chunk, which the server does not send.
+    # (a file read done) passed on as an empty chunk, which the server does not send. step: the record interval
+    # (900 s for HighRes): a record more than one step after the one before it closes a gap; records of the day
+    # before first_day only tell where the gap starts.
     yield head
     n = 0
     imp = 0
@@ -420,19 +498,24 @@ def _stream(sources, first_day, end_day, item, head):
             if r is None:
                 yield ""
                 continue
-            if r[2] < first_day or r[2] >= end_day or r[1] <= last_t:
+            if r[1] <= last_t:
                 continue
+            prev_t = last_t
             last_t = r[1]
+            if r[2] < first_day or r[2] >= end_day:
+                continue
             imp += r[8]
             exp += r[9]
-            yield item(r, "," if n else "")
+            gap = r[1] - prev_t - step if step and prev_t >= 0 else 0
+            yield item(r, "," if n else "", gap)
             n += 1
     yield '],"count":%d,"import_total_kWh":%s,"export_total_kWh":%s}' % (n, kwh(imp), kwh(exp))
 
 
 def high_res_json(sources, day):
-    """Chunks of the highRes answer for one local day: its quarter hours and the day's energy."""
-    return _stream(sources, day, day + 1, _hr_item, '{"start":"%s","days":1,"items":[' % date_str(day))
+    """Chunks of the highRes answer for one local day: its quarter hours and the day's energy. sources may start
+    with the day before (for the gap before the day's first quarter hour); only the day's records are served."""
+    return _stream(sources, day, day + 1, _hr_item, '{"start":"%s","days":1,"items":[' % date_str(day), 900)
 
 
 def low_res_json(sources, first_day, days):
