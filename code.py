@@ -124,9 +124,11 @@ def build():
                                          setup_url=env("METERPLUS_SETUP_URL", None)))
     from services.network import join as wifi_join_routes
     from services.network import routes as network_routes
+    from services.outages import routes as outage_routes
 
     routes.append(network_routes)
     routes.append(wifi_join_routes)
+    routes.append(outage_routes)   # app.outages is built after the OTA service (a rollback names its reason)
     # BLE provisioning (Improv Wi-Fi); boards without BLE (4 MB S3 on CircuitPython 10) run everything else.
     try:
         import _bleio
@@ -301,6 +303,19 @@ def build():
                                  ssl_factory=ota_ssl.create_default_context if ota_ssl is not None else None,
                                  rand=lambda n: int.from_bytes(os.urandom(2), "big") % n, log=log))
     # --- end ota ---
+
+    # --- outages: when the device went down, when it came back, why (docs/outages.md) ---
+    from services.outages.journal import OutageJournal
+    from services.outages.service import Outages
+
+    def last_seen():
+        last = app.history.store.hr.last   # the newest flushed quarter hour: the device was up until its end
+        return last[1] + 900 if last is not None else 0
+
+    app.outages = sup.add(Outages(OutageJournal("logs/outages.bin"), app.clock, app.reset_reason,
+                                  last_seen=last_seen, ota=app.ota, log=log))
+    app.lifecycle.before_restart.append(app.outages.note_restart)
+    # --- end outages ---
 
     # --- cloud ---
     from core.version import VERSION as CLOUD_VERSION

@@ -25,6 +25,7 @@ class Lifecycle(Module):
         self._log = log
         self._restart_at = None
         self.pending = None   # "reboot" or "factory_reset" while a restart is scheduled
+        self.before_restart = []   # callables(reason) told before an orderly restart (the outage journal)
         self._now = 0
 
     def flush_all(self, reason):
@@ -38,11 +39,21 @@ class Lifecycle(Module):
                     self._log.error("flush (%s) failed: %s", reason, exc)
         self.count("flushes")
 
+    def _tell(self, reason):
+        for fn in self.before_restart:
+            try:
+                fn(reason)
+            except Exception as exc:   # a note that fails must not stop the restart
+                self.count("notify_errors")
+                if self._log is not None:
+                    self._log.error("restart note failed: %s", exc)
+
     def request_reboot(self, reason="api"):
         """Flush now and restart shortly (settings and history are kept)."""
         if self.pending:
             return
         self.flush_all(reason)
+        self._tell(reason)
         self.pending = "reboot"
         self._restart_at = ticks_add(self._now, self.reboot_delay_ms)
         if self._log is not None:
@@ -54,6 +65,7 @@ class Lifecycle(Module):
             return
         self._led.set("RESET_PENDING")
         self.flush_all("factory reset")
+        self._tell("factory_reset")
         for path in self.wipe_paths:
             remove_all(path)  # with the copies a write may have left (core/durable_file.py)
         self.pending = "factory_reset"
