@@ -254,7 +254,7 @@ def build():
 
     # One energy floor for everything that hands out totals: MQTT and GET /history/latest (the REST API).
     app.energy_floor = EnergyFloor()
-    app.mqtt = sup.add(MqttService(pool, bus, settings, app.device_id,
+    app.mqtt = sup.add(MqttService(pool, bus, settings, app.device_id, clock=app.clock,
                                    ssl_context=ssl.create_default_context if ssl is not None else None,
                                    ca_store=CaStore(CA_PATH), web_url=mqtt_web_url, log=log,
                                    energy_floor=app.energy_floor))

@@ -240,6 +240,29 @@ def test_publish_and_subscribe_exact_bytes():
     assert b"\xc0\x00" in wire
 
 
+class _SyncedClock:
+    synced = True
+
+    def time(self, now_ms=None):
+        return 1_790_000_000
+
+
+def test_the_state_json_says_when_its_reading_was_taken():
+    """Retained state outlives the reading: with a synced clock it carries the reading's UTC time (as
+    /history/latest does), computed from the reading's age on ticks."""
+    r = Rig(topic_prefix="a")
+    r.svc._clock = _SyncedClock()
+    r.reading({"16.7.0": (15, -1)})
+    r.step(2500)                                  # the reading is 2.5 s old when it goes out
+    r.connect()
+    states = [p for t, p, _ in publishes(r.pool.sock.sent) if t == "a/state"]
+    assert states and states[0] == '{"timestamp":1789999998,"power":1.5}'
+    r2 = Rig(topic_prefix="a")                    # no clock (or not synced): no invented time
+    r2.reading({"16.7.0": (15, -1)})
+    r2.connect()
+    assert [p for t, p, _ in publishes(r2.pool.sock.sent) if t == "a/state"][0] == '{"power":1.5}'
+
+
 def test_session_sequence_on_the_wire():
     r = Rig(user="meter", password="s3cret")
     r.reading({"1.8.0": (123456789, -1), "2.8.0": (5000, 0), "16.7.0": (-2345, -1)})

@@ -113,9 +113,10 @@ def config_payload(code, device_id, prefix, lang, device_name, sw_version, web_u
     return json.dumps(cfg)
 
 
-def state_json(values, codes):
-    """One JSON object with the given codes' values as exact JSON numbers in edge units, keyed by OBIS key."""
-    parts = []
+def state_json(values, codes, ts=None):
+    """One JSON object with the given codes' values as exact JSON numbers in edge units, keyed by OBIS key; ts,
+    when the clock knows it, the reading's UTC seconds as "timestamp" (first)."""
+    parts = [] if ts is None else ['"timestamp":%d' % ts]
     for code in codes:
         mv = values.get(code)
         if mv is not None:

@@ -96,8 +96,9 @@ class MqttService(Module):
     queue_max = 64             # a telemetry round is skipped while more messages than this wait
 
     def __init__(self, pool, bus, settings, device_id, ssl_context=None, ca_store=None, web_url=None, log=None,
-                 rand=os.urandom, energy_floor=None):
+                 rand=os.urandom, energy_floor=None, clock=None):
         Module.__init__(self)
+        self._clock = clock          # core.clock.Clock: the state JSON says when its reading was taken
         self._pool = pool
         self._bus = bus
         self._settings = settings
@@ -314,7 +315,13 @@ class MqttService(Module):
                 continue
             sent.append(code)
             self._queue.append(("pub", ha.value_topic(prefix, code), ha.value_text(code, mv[0], mv[1]), True))
-        self._queue.append(("pub", ha.state_topic(prefix), ha.state_json(values, sent), True))
+        ts = None
+        clock = self._clock
+        if clock is not None and clock.synced:
+            # The reading's UTC time, as /history/latest gives it: clients other than Home Assistant (which
+            # goes unavailable through the meter topic) see how old a retained state is.
+            ts = clock.time() - ticks_diff(now, reading.ts_ms) // 1000
+        self._queue.append(("pub", ha.state_topic(prefix), ha.state_json(values, sent, ts), True))
         self.count("telemetry")
         return True
 
