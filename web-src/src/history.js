@@ -26,14 +26,69 @@ function axisX(label, splits) {
 }
 const axisY = (size) => ({ size: size || 56, stroke: '#555', grid: { stroke: '#eee' } });
 
+// "HH:MM" k quarter hours before an item's local time (the labels of the quarter hours a gap left without a record).
+function before(date, k) {
+  const m = ((+date.slice(11, 13) * 60 + +date.slice(14, 16) - 15 * k) % 1440 + 1440) % 1440;
+  return String(Math.floor(m / 60)).padStart(2, '0') + ':' + String(m % 60).padStart(2, '0');
+}
+
+// A quarter hour without a record is a gap: its slot stays empty in every series (no bar, the power line breaks).
+// The record that closes a gap (gap_s) holds the whole gap's energy; one tall bar would read as a spike, so its
+// energy is drawn spread evenly over the quarter hours it covers, in a grey series of its own ("no data: average
+// over the gap"), and the gap is listed under the chart. Gaps that began the day before are cut at midnight.
+export function dayData(items) {
+  const xs = [], power = [], imp = [], exp = [], spreadImp = [], spreadExp = [], labels = new Map(), gaps = [];
+  const first = items.length ? items[0] : null;
+  const dayStart = first ? first.timestamp - (+first.date.slice(11, 13) * 3600 + +first.date.slice(14, 16) * 60) : 0;
+  for (const it of items) {
+    const gap = it.gap_s > 0 ? it.gap_s : 0;
+    const hasExp = it.export_kW !== undefined;
+    if (gap) {
+      const covered = Math.round(gap / 900);
+      const share = 1 / (covered + 1);
+      const ai = it.import_kW * 1000 * share;
+      const ae = hasExp ? -it.export_kW * 1000 * share : null;
+      let shown = 0;
+      for (let k = covered; k >= 1; k--) {
+        const x = it.timestamp - 900 * k;
+        if (x < dayStart) continue;
+        xs.push(x); power.push(null); imp.push(null); exp.push(null); spreadImp.push(ai); spreadExp.push(ae);
+        labels.set(x, before(it.date, k));
+        shown++;
+      }
+      gaps.push({ from: before(it.date, shown), to: it.date.slice(11, 16), seconds: gap, closing: it.timestamp });
+      xs.push(it.timestamp); power.push(it.power_W === undefined ? null : it.power_W);
+      imp.push(null); exp.push(null); spreadImp.push(ai); spreadExp.push(ae);
+    } else {
+      xs.push(it.timestamp); power.push(it.power_W === undefined ? null : it.power_W);
+      imp.push(it.import_kW * 1000); exp.push(hasExp ? -it.export_kW * 1000 : null);
+      spreadImp.push(null); spreadExp.push(null);
+    }
+    labels.set(it.timestamp, it.date.slice(11, 16));
+  }
+  return { xs, power, imp, exp, spreadImp, spreadExp, labels, gaps };
+}
+
 function DayCharts({ items }) {
   const phone = typeof innerWidth === 'number' && innerWidth < 600;
+  const d = useMemo(() => dayData(items), [items]);
   const { power, energy } = useMemo(() => {
-    const xs = items.map((it) => it.timestamp);
-    const label = labeller(items, false);
+    const label = (v) => d.labels.get(v) || '';
     const splits = daySplits(items, phone ? 6 : 3);
     const x = { time: false };
     const xSeries = { label: t('day'), value: (u, v) => (v === null ? '–' : label(v)) };
+    const wh = (sign) => (u, v) => (v === null ? '–' : num(sign * v, 1));
+    const series = [
+      xSeries,
+      { label: t('importWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: wh(1) },
+      { label: t('exportWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: wh(-1) },
+    ];
+    const data = [d.xs, d.imp, d.exp];
+    if (d.gaps.length) {
+      series.push({ label: t('gapImport'), stroke: '#6b7280', dash: [4, 3], fill: 'rgba(107,114,128,.35)', paths: bars, points: noPoints, value: wh(1) },
+        { label: t('gapExport'), stroke: '#6b7280', dash: [4, 3], fill: 'rgba(107,114,128,.2)', paths: bars, points: noPoints, value: wh(-1) });
+      data.push(d.spreadImp, d.spreadExp);
+    }
     return {
       power: {
         opts: {
@@ -42,24 +97,27 @@ function DayCharts({ items }) {
           series: [xSeries, { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, fill: 'rgba(37,99,235,.08)',
             value: (u, v) => (v === null ? '–' : num(v, 0)) }],
         },
-        data: [xs, items.map((it) => (it.power_W === undefined ? null : it.power_W))],
+        data: [d.xs, d.power],
       },
-      energy: {
-        opts: {
-          scales: { x },
-          axes: [axisX(label, splits), axisY()],
-          series: [
-            xSeries,
-            { label: t('importWh'), stroke: '#c2410c', fill: 'rgba(194,65,12,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(v, 1)) },
-            { label: t('exportWh'), stroke: '#15803d', fill: 'rgba(21,128,61,.6)', paths: bars, points: noPoints, value: (u, v) => (v === null ? '–' : num(-v, 1)) },
-          ],
-        },
-        data: [xs, items.map((it) => it.import_kW * 1000), items.map((it) => (it.export_kW === undefined ? null : -it.export_kW * 1000))],
-      },
+      energy: { opts: { scales: { x }, axes: [axisX(label, splits), axisY()], series }, data },
     };
-  }, [items]);
+  }, [d]);
   return html`<${Chart} opts=${power.opts} data=${power.data} label=${t('powerW')} />
-    <${Chart} opts=${energy.opts} data=${energy.data} label=${t('importWh') + ' / ' + t('exportWh')} />`;
+    <${Chart} opts=${energy.opts} data=${energy.data} label=${t('importWh') + ' / ' + t('exportWh')} />
+    ${d.gaps.length ? html`<div class="card" data-test="gaps" data-gaps=${JSON.stringify(d.gaps.map((g) => [g.closing, g.seconds]))}
+      data-spread=${JSON.stringify(d.spreadImp)} data-import=${JSON.stringify(d.imp)}>
+      <p><strong>${t('gapsTitle', d.gaps.length)}</strong> ${t('gapsNote')}</p>
+      <ul>${d.gaps.map((g) => html`<li>${g.from}–${g.to}: ${t('gapWithout', span(g.seconds))}</li>`)}</ul></div>` : ''}`;
+}
+
+// A duration in words: 45 s, 12 min, 1 h 28 min, 3 d 4 h (in the interface's language).
+export function span(seconds) {
+  if (seconds === null || seconds === undefined) return t('unknown');
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return t('spanS', s);
+  if (s < 3600) return t('spanM', Math.floor(s / 60));
+  if (s < 86400) return t('spanHM', Math.floor(s / 3600), Math.floor((s % 3600) / 60));
+  return t('spanDH', Math.floor(s / 86400), Math.floor((s % 86400) / 3600));
 }
 
 function RangeChart({ items }) {
@@ -93,7 +151,7 @@ export function dstKind(items) {
   return b > a ? t('dstShort') : b < a ? t('dstLong') : '';
 }
 
-const DAY_COLS = ['date', 'timestamp', 'power_W', 'import_kW', 'export_kW', 'import_total_kWh', 'export_total_kWh'];
+const DAY_COLS = ['date', 'timestamp', 'power_W', 'import_kW', 'export_kW', 'import_total_kWh', 'export_total_kWh', 'gap_s'];
 const RANGE_COLS = ['date', 'timestamp', 'import_kWh', 'export_kWh', 'import_total_kWh', 'export_total_kWh'];
 function csv(cols, items) {
   // import_kW/export_kW of a quarter hour are its energy in kWh (the API's names): the header says so.

@@ -1,7 +1,8 @@
 // System: /system/info as tables, the LED, logs as tables with the rawdump download, OTA check/start, reboot.
 import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv } from './api.js';
-import { t } from './i18n.js';
+import { getLang, t } from './i18n.js';
+import { span } from './history.js';
 import { RestartButton } from './settings.js';
 import { Msg, Table, errText, html, noteInfo } from './ui.js';
 
@@ -21,6 +22,34 @@ function Log({ path, title, name }) {
     <div class="row"><button type="button" onClick=${load}>${t('load')}</button></div>
     <${Msg} kind="err">${err}<//>
     ${rows && (rows.length > 1 ? html`<${Table} cls="log" head=${rows[0]} rows=${rows.slice(1).reverse()} />` : html`<p>${t('empty')}</p>`)}</div>`;
+}
+
+const REASONS = ['power', 'brownout', 'watchdog', 'crash', 'ota', 'rollback', 'restart', 'button', 'reset_pin', 'software', 'unknown'];
+
+// Outage journal: fetched once when the page opens (never polled: the device's request budget is small).
+// Times in the device's time zone when /system/info named it, else the browser's.
+function Outages({ zone }) {
+  const [list, setList] = useState(null);
+  const [err, setErr] = useState('');
+  useEffect(() => {
+    api('/system/outages').then((r) => setList(r.outages.slice(0, 50)), (e) => setErr(errText(e)));
+  }, []);
+  const when = (ts) => {
+    if (!ts) return t('unknown');
+    const o = { dateStyle: 'medium', timeStyle: 'short' };
+    try {
+      return new Date(ts * 1000).toLocaleString(getLang() === 'de' ? 'de-DE' : 'en-GB', zone ? { ...o, timeZone: zone } : o);
+    } catch (e) {
+      return new Date(ts * 1000).toLocaleString(getLang() === 'de' ? 'de-DE' : 'en-GB', o);
+    }
+  };
+  const reason = (r) => t('why_' + (REASONS.includes(r) ? r : 'unknown'));
+  return html`<div class="card" data-test="outages"><h2>${t('outages')}</h2>
+    <${Msg} kind="err">${err}<//>
+    ${list && (list.length
+      ? html`<${Table} head=${[t('outDown'), t('outUp'), t('outDuration'), t('outReason')]}
+          rows=${list.map((o) => [when(o.down), when(o.up), o.duration_s === null ? t('unknown') : span(o.duration_s), reason(o.reason)])} />`
+      : html`<p>${t('noOutages')}</p>`)}</div>`;
 }
 
 export function System() {
@@ -50,6 +79,8 @@ export function System() {
     }
   };
   const otaStart = async () => {
+    // An update restarts the device: asked first, as restart is (a framed or mistaken click changes nothing).
+    if (!confirm(t('confirmOta'))) return;
     try {
       const r = await api('/ota/start', { method: 'POST' });
       setOta([r.ok ? 'ok' : 'err', r.message || String(r.ok)]);
@@ -68,6 +99,7 @@ export function System() {
       <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
       ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}</div>
     <div class="card"><h2>${t('reboot')}</h2><${RestartButton} /></div>
+    <${Outages} zone=${info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : ''} />
     <h2>${t('logs')}</h2>
     <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" />
     <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" />
