@@ -281,7 +281,8 @@ def build():
 
     app.http = sup.add(http_api.HttpApi(pool, app, host=env("METERPLUS_BIND", "0.0.0.0"),
                                         port=int(env("METERPLUS_HTTP_PORT", 80)), route_modules=routes,
-                                        rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))))
+                                        rate_limit=int(env("METERPLUS_API_RATE_LIMIT", 25))),
+                       essential=True)   # the one service a user needs to repair the device: never given up
     sup.add(StatusPolicy(bus, led, sup))
     app.lifecycle = sup.add(Lifecycle(bus, led, microcontroller.reset, flushables=flushables,
                                       wipe_paths=(SETTINGS_PATH, TOKENS_PATH, CA_PATH), log=log))

@@ -23,6 +23,7 @@ class _Slot:
         self.worst_ms = 0
         self.slow_polls = 0
         self.ok_since = None
+        self.essential = False   # never given up (the HTTP API: the way a user repairs the device)
 
 
 class Supervisor:
@@ -33,6 +34,7 @@ class Supervisor:
     backoff_max_ms = 300000
     max_restarts = 20        # consecutive faults before a module is given up (FAILED)
     healthy_after_ms = 60000  # running this long without fault forgives earlier faults
+    essential_backoff_max_ms = 60000  # an essential module past the restart cap retries at least this often
     gc_every = 1             # collect garbage after every n-th cycle, at one fixed point
 
     def __init__(self, ticks_ms, watchdog=None, gc_collect=None, log=None):
@@ -45,9 +47,12 @@ class Supervisor:
         self.worst_cycle_ms = 0
         self.running = False
 
-    def add(self, module):
-        """Register a module; it is started on the first cycle."""
-        self._slots.append(_Slot(module))
+    def add(self, module, essential=False):
+        """Register a module; it is started on the first cycle. An essential one is never given up: past the
+        restart cap it keeps retrying, backing off to essential_backoff_max_ms."""
+        slot = _Slot(module)
+        slot.essential = essential
+        self._slots.append(slot)
         return module
 
     def modules(self):
@@ -69,14 +74,18 @@ class Supervisor:
             mod.stop()
         except Exception:  # stop() must not raise, but a broken module must not take us down
             pass
-        if slot.faults > self.max_restarts:
+        if slot.faults > self.max_restarts and not slot.essential:
             slot.phase = _DEAD
             mod.state = FAILED
             self._note("error", "%s failed for good after %d faults: %s", mod.name, slot.faults, slot.last_error)
             return
-        delay = self.backoff_first_ms << (slot.faults - 1) if slot.faults < 20 else self.backoff_max_ms
-        if delay > self.backoff_max_ms:
-            delay = self.backoff_max_ms
+        cap = self.essential_backoff_max_ms if slot.essential else self.backoff_max_ms
+        delay = self.backoff_first_ms << (slot.faults - 1) if slot.faults < 20 else cap
+        if delay > cap:
+            delay = cap
+        if slot.essential and slot.faults == self.max_restarts + 1:
+            self._note("error", "%s keeps failing (%d faults): it is essential, retrying every %d s",
+                       mod.name, slot.faults, cap // 1000)
         slot.phase = _PENDING
         slot.retry_at = ticks_add(now, delay)
         mod.state = FAILED if where == "start" else WARN

@@ -216,3 +216,43 @@ def test_stop_that_raises_does_not_escape():
     sup.step()
     sup.stop_all()
     assert any("stop failed" in line for _lvl, line in log.lines)
+
+
+class Flaky(Counter):
+    name = "flaky"
+
+    def __init__(self):
+        Counter.__init__(self)
+        self.broken = True
+
+    def start(self):
+        self.starts += 1
+        if self.broken:
+            raise OSError(98, "Address already in use")
+
+
+def test_an_essential_module_is_never_given_up_and_retries_at_least_every_minute():
+    """The HTTP API, which a user needs to repair the device, keeps retrying past the restart cap (the old code gave
+    it up for good after 21 start faults): backoff capped at 60 s, across the tick wrap, and it runs once it can."""
+    clock = SteppedClock()
+    sup = Supervisor(clock)
+    http = Flaky()
+    other = Flaky()
+    sup.add(http, essential=True)
+    sup.add(other)
+    tries = []
+    for _ in range(400):                         # ~6.7 hours of 60 s steps, the wrap among them
+        before = http.starts
+        sup.step()
+        if http.starts > before:
+            tries.append(clock())
+        clock.advance(60000)
+    assert http.starts > sup.max_restarts + 100 and http.state == FAILED
+    assert other.starts == sup.max_restarts + 1 and other.state == FAILED
+    gaps = [(b - a) % (1 << 29) for a, b in zip(tries[30:], tries[31:])]
+    assert set(gaps) == {60000}                  # every minute, the wrap included
+    http.broken = False                          # the cause is gone: it comes back
+    sup.step()
+    clock.advance(60000)
+    sup.step()
+    assert http.state == OK and http.polls >= 1
