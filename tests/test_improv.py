@@ -343,3 +343,20 @@ def test_a_write_longer_than_the_att_payload_is_refused_by_the_stack():
     phone = Phone(dev, mtu=23)
     with pytest.raises(_bleio.BluetoothError):
         phone.central.write(P.CHARACTERISTIC_UUID_RPC_COMMAND, P.WiFiSettingsCmd(b"Home Net", b"x" * 20).as_bytes())
+
+
+def test_a_phone_that_stays_connected_cannot_hold_the_window_open():
+    """The window closes at window_max_ms even with a phone connected; the phone is disconnected and nothing it
+    writes afterwards is acted on (before, a connected phone kept the window open forever)."""
+    dev = Device({"wifi": {"primary": {"ssid": "Home Net", "password": "correct horse battery"}}}, "SOFTWARE")
+    dev.press()
+    phone = Phone(dev)
+    assert dev.transport.connected
+    dev.step(dev.improv.window_ms + 1000)
+    assert dev.improv.window_since is not None         # a connected phone may finish (up to window_max_ms)
+    for _ in range(10):
+        dev.step(60 * 1000)
+    assert dev.improv.window_since is None and not dev.transport.connected
+    assert not _bleio.adapter.advertising and dev.improv.counters["sessions_ended"] == 1
+    with pytest.raises(_bleio.BluetoothError):         # the link is gone: nothing more reaches the device
+        phone.send(P.WiFiSettingsCmd(b"Evil Net", b"evil password").as_bytes())

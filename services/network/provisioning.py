@@ -21,6 +21,7 @@ class ImprovProvisioning(Module):
 
     name = "improv"
     window_ms = 5 * 60 * 1000     # BLE advertising after setup mode starts or a short press
+    window_max_ms = 10 * 60 * 1000  # a connected phone extends the window to this, never further
     authorized_ms = 60 * 1000     # an authorization is good for this long (then a press is needed again)
     partial_ms = 2000             # a frame split over writes must be complete within this long
     identify_ms = 5000
@@ -75,8 +76,19 @@ class ImprovProvisioning(Module):
             self.count("connections" if connected else "disconnections")
             if not connected:
                 self._results = []
-        if self.window_since is not None and not connected and _expired(now_ms, self.window_since, self.window_ms):
-            self.close_window()
+        if self.window_since is not None:
+            # A connected phone may finish what it started, but it cannot hold the window open: at window_max_ms
+            # the window closes and the phone is disconnected.
+            limit = self.window_max_ms if connected else self.window_ms
+            if _expired(now_ms, self.window_since, limit):
+                self.close_window()
+                if connected:
+                    self._t.disconnect()
+                    self.count("sessions_ended")
+                    if self._log is not None:
+                        self._log.info("improv: window closed after %d min, phone disconnected",
+                                       self.window_max_ms // 60000)
+                    connected = False
         if self.authorized_since is not None and self.improv_state == improv.AUTHORIZED and \
                 _expired(now_ms, self.authorized_since, self.authorized_ms):
             self._set_state(improv.AUTHORIZATION_REQUIRED)
@@ -86,8 +98,10 @@ class ImprovProvisioning(Module):
         self._show_led(connected)
         if self._pending_wifi is not None:
             self._finish_wifi()
-        elif connected:
+        elif connected and self.window_since is not None:
             self._receive(now_ms)
+        elif connected:
+            self._t.discard_input()     # outside a window nothing a phone writes is acted on
         self._poll_scan()
         if self._results and connected:
             self._t.send_result(self._results.pop(0))
