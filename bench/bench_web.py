@@ -87,7 +87,7 @@ def heap_figures():
     from tests.test_http_server_vm import PRELUDE
     from tools.mpvm import MicroVM
 
-    _url, name, etag, _ctype, _cache = read_manifest(os.path.join(ROOT, "web", "files.tsv"))[0]
+    _url, name, etag, _ctype, _cache, _csp = read_manifest(os.path.join(ROOT, "web", "files.tsv"))[0]
     vm = MicroVM(packages=("core", "services"))
     try:
         shutil.copytree(os.path.dirname(adafruit_httpserver.__file__), os.path.join(vm.root, "adafruit_httpserver"),
@@ -108,7 +108,7 @@ def sizes():
     from services.web.static import read_manifest
 
     gz = raw = 0
-    for _url, name, _etag, _ctype, _cache in read_manifest(os.path.join(ROOT, "web", "files.tsv")):
+    for _url, name, _etag, _ctype, _cache, _csp in read_manifest(os.path.join(ROOT, "web", "files.tsv")):
         with open(os.path.join(ROOT, "web", name), "rb") as f:
             data = f.read()
         gz += len(data)

@@ -144,7 +144,8 @@ def test_committed_build_is_within_budget_and_its_etag_matches():
     manifest = static.read_manifest(os.path.join(ROOT, "web", "files.tsv"))
     assert [e[0] for e in manifest] == ["/"]
     total = 0
-    for _url, name, etag, _ctype, _cache in manifest:
+    for _url, name, etag, _ctype, _cache, csp in manifest:
+        assert "frame-ancestors 'none'" in csp and "sha256-" in csp
         with open(os.path.join(ROOT, "web", name), "rb") as f:
             data = f.read()
         total += len(data)

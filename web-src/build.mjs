@@ -26,7 +26,14 @@ mkdirSync(OUT, { recursive: true });
 for (const f of readdirSync(OUT)) if (f !== 'README.md') unlinkSync(OUT + '/' + f);
 writeFileSync(OUT + '/index.html.gz', gz);
 const etag = '"' + createHash('sha256').update(gz).digest('hex').slice(0, 16) + '"';
-writeFileSync(OUT + '/files.tsv', `/\tindex.html.gz\t${etag}\ttext/html; charset=utf-8\tno-cache\n`);
+// The page's Content-Security-Policy: its one inline script and style by hash (a script injected any other way,
+// or from elsewhere, does not run), API calls to the device only, and no framing by any site (clickjacking).
+const b64sha = (text) => createHash('sha256').update(text, 'utf8').digest('base64');
+const csp = [
+  "default-src 'none'", `script-src 'sha256-${b64sha(jsText)}'`, `style-src 'sha256-${b64sha(cssText)}'`,
+  "img-src 'self' data: blob:", "connect-src 'self'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
+].join('; ');
+writeFileSync(OUT + '/files.tsv', `/\tindex.html.gz\t${etag}\ttext/html; charset=utf-8\tno-cache\t${csp}\n`);
 
 const sizes = { js: jsText.length, css: cssText.length, html: page.length, gzip: gz.length };
 console.log(`web/index.html.gz: ${gz.length} bytes gzipped (html ${page.length}, js ${sizes.js}, css ${sizes.css}), ETag ${etag}`);

@@ -324,6 +324,11 @@ class HardenedServer(Server):
 
     def __init__(self, socket_source, dispatch, ticks=ticks_ms, log=None):
         Server.__init__(self, socket_source, root_path=None, debug=False)
+        # On every answer (API JSON, errors, 429s, the page): no MIME sniffing, and nothing of the device may be
+        # framed by another site (clickjacking: a framed page restarted the device with one click). The page adds
+        # its Content-Security-Policy (services/web/static.py).
+        self.headers.add("X-Content-Type-Options", "nosniff")
+        self.headers.add("X-Frame-Options", "DENY")
         self._dispatch = dispatch
         self._ticks = ticks
         self._log = log

@@ -10,7 +10,9 @@ opener = open         # how files are opened (the MicroPython VM bench serves th
 
 
 def read_manifest(path=MANIFEST):
-    """[(url path, file, etag, content type, cache-control)] from the build's manifest; [] when there is none.
+    """[(url path, file, etag, content type, cache-control, content-security-policy)] from the build's manifest
+    (the build writes the policy with the hashes of the page's inline script and style; "" when a line has none);
+    [] when there is none.
 
     The manifest is the allowlist: only the files it names are served, so no request path ever reaches open().
     """
@@ -19,8 +21,8 @@ def read_manifest(path=MANIFEST):
         with opener(path, "r") as f:
             for line in f:
                 parts = line.rstrip("\r\n").split("\t")
-                if len(parts) == 5 and parts[0].startswith("/") and not line.startswith("#"):
-                    entries.append(tuple(parts))
+                if len(parts) in (5, 6) and parts[0].startswith("/") and not line.startswith("#"):
+                    entries.append(tuple(parts) if len(parts) == 6 else tuple(parts) + ("",))
     except OSError:
         pass
     return entries
@@ -60,11 +62,13 @@ def slices(path, size=_SLICE):
             return
 
 
-def _handler(file, etag, ctype, cache):
+def _handler(file, etag, ctype, cache, csp=""):
     path = "web/" + file
 
     def serve(request):
         headers = {"ETag": etag, "Cache-Control": cache, "Vary": "Accept-Encoding"}
+        if csp:
+            headers["Content-Security-Policy"] = csp
         if _matches(request.headers.get("If-None-Match"), etag):
             return Response(request, b"", status=(304, "Not Modified"), headers=headers)
         try:
@@ -82,6 +86,6 @@ def _handler(file, etag, ctype, cache):
 def routes(app=None, manifest=MANIFEST):
     """A GET route for each file of the manifest (read once, at start)."""
     out = []
-    for url, file, etag, ctype, cache in read_manifest(manifest):
-        out.append(Route(url, GET, _handler(file, etag, ctype, cache)))
+    for url, file, etag, ctype, cache, csp in read_manifest(manifest):
+        out.append(Route(url, GET, _handler(file, etag, ctype, cache, csp)))
     return out
