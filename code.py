@@ -218,6 +218,22 @@ def build():
             log.warning("settings.toml WiFi not taken: %s", exc)
     app.auth = Tokens(TOKENS_PATH)
     app.auth.load()
+    # Whether authentication is on is kept with the tokens too, so a damaged settings.json (zeroed, truncated,
+    # `null`: the defaults say "off") never switches it off.
+    if settings.damaged:
+        log.error("settings: %s unreadable, defaults in use (%d load errors); authentication stays as the token "
+                  "file says: %s", SETTINGS_PATH, settings.load_errors, "on" if app.auth.required else "off")
+    if settings.get("api_auth_required") and app.auth.configured() and not app.auth.required:
+        try:
+            app.auth.set_required(True)      # an older firmware kept it in settings.json only
+        except OSError as exc:
+            log.error("auth: cannot note authentication in the token file: %s", exc)
+    elif app.auth.required and not settings.get("api_auth_required"):
+        try:
+            settings.update({"api_auth_required": True})
+        except Exception as exc:
+            settings.doc["api_auth_required"] = True   # on in RAM at least: the check reads it
+            log.error("settings: cannot store api_auth_required again: %s", exc)
     try:
         import espidf  # the largest free block of the heap, for /system/info
 

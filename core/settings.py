@@ -1,9 +1,11 @@
 """The device settings document: defaults, schema validation, all-or-nothing updates, secrets (stored by json_store)."""
 
 import json
+import os
 
 from core.ipv4 import dotted as _dotted, host_reason as _host_reason, parse_ipv4 as _parse_ipv4, \
     prefix_len as _prefix_len
+from core.durable_file import names
 from core.json_store import read_json_file, write_atomic
 from core.text import ascii_printable as _ascii_printable, escaped as _escaped, is_hostname as _is_hostname, \
     join_surrogates as _unicode, printable as _printable
@@ -327,6 +329,17 @@ class Settings:
         return self._found
 
     _found = False
+    damaged = False   # a stored file was there but held no settings document (the defaults are in use)
+
+    def _damaged_file(self):
+        """True when a file is stored under the document's names although none of them parsed."""
+        for name in names(self.path):
+            try:
+                os.stat(name)
+                return True
+            except OSError:
+                pass
+        return False
 
     def load(self):
         """Defaults overlaid with the stored document; invalid stored keys keep their default and are counted.
@@ -339,8 +352,9 @@ class Settings:
         data = read_json_file(self.path) if self.path else None
         self._found = data is not None
         if not isinstance(data, dict):
-            if data is not None:
-                self.load_errors += 1
+            if data is not None or self._damaged_file():
+                self.load_errors += 1   # zeroed, truncated, `null`, not an object: counted, never silent
+                self.damaged = True
             return
         for key in SCHEMA:
             value = _get(data, key)

@@ -70,16 +70,21 @@ class Tokens:
         self._pending = None   # (read digest, write digest, ticks when generated)
         self._expired = False  # the last pending pair ran out unconfirmed (confirm then answers 410, not 409)
         self.load_error = None
+        # Whether authentication is on, kept with the tokens: a damaged settings.json falls back to its defaults,
+        # and those must never switch authentication off (fail closed). Only a factory reset removes this file.
+        self.required = False
 
     def load(self):
         """Read the stored hashes; a missing or broken file means no tokens (the factory state)."""
         data = read_json_file(self.path)
         self._read = self._write = None
+        self.required = False
         if data is None:
             return
         if isinstance(data, dict) and _valid_hash(data.get("read")) and _valid_hash(data.get("write")):
             self._read = binascii.unhexlify(data["read"])
             self._write = binascii.unhexlify(data["write"])
+            self.required = data.get("required") is True
         else:
             self.load_error = "unreadable token file"
 
@@ -135,10 +140,22 @@ class Tokens:
             raise TokenError(409, "No pending tokens: call /api/v1/auth/tokens/generate first")
         if not isinstance(new_write_token, str) or not same(digest(new_write_token), p[1]):
             raise TokenError(409, "new_write_token does not match the pending tokens")
-        write_atomic(self.path, {"read": binascii.hexlify(p[0]).decode(), "write": binascii.hexlify(p[1]).decode()})
+        self._store(p[0], p[1], self.required)
         self._read, self._write = p[0], p[1]
         self._pending = None
 
+    def _store(self, read, write, required):
+        write_atomic(self.path, {"read": binascii.hexlify(read).decode(), "write": binascii.hexlify(write).decode(),
+                                 "required": required})
+
+    def set_required(self, flag):
+        """Store whether authentication is on (with a confirmed pair only; OSError when the drive refuses)."""
+        flag = flag is True
+        if self._write is None or flag == self.required:
+            return
+        self._store(self._read, self._write, flag)
+        self.required = flag
+
     def describe(self):
         """Small dict for /system/info (no secrets)."""
-        return {"configured": self.configured(), "pending": self._pending is not None}
+        return {"configured": self.configured(), "pending": self._pending is not None, "required": self.required}

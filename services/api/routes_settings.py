@@ -43,6 +43,8 @@ def routes(app):
             raise ApiError(400, "Invalid settings", fields=errors)
         if changed:
             try:
+                if "api_auth_required" in changed:
+                    app.auth.set_required(doc["api_auth_required"])   # the tokens file keeps it too (fail closed)
                 settings.commit(doc)
             except OSError as exc:
                 raise ApiError(500, "Settings could not be stored (%s)" % exc)

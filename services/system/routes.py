@@ -123,6 +123,8 @@ def routes(app):
             ("ap", ap),
             ("esp", [_entry("esp_id", app.device_id), _entry("os_version", VERSION),
                      _entry("device_name", app.settings.get("device_name", ""))]),
+            ("settings", [_entry("load_errors", app.settings.load_errors), _entry("damaged", app.settings.damaged),
+                          _entry("auth_required", bool(app.settings.get("api_auth_required", False)))]),
             ("heap", heap),
             ("meter", meter),
             ("clock", clock),

@@ -92,6 +92,8 @@ export function System() {
   return html`<section aria-labelledby="h-sys">
     <h1 id="h-sys">${t('system')}</h1>
     <${Msg} kind="err">${err}<//>
+    ${info && info.settings && info.settings.some((e) => e.name === 'damaged' && e.value)
+      ? html`<p class="msg err" role="alert" data-test="settings-damaged">${t('settingsDamaged')}</p>` : ''}
     ${led && html`<div class="card" data-test="led"><h2>${t('led')}</h2>
       <p><span class="swatch" style=${'background:' + rgb}></span> ${led.status} · ${led.color} · ${led.mode}${led.enabled ? '' : ' (off)'}</p></div>`}
     <div class="card"><h2>${t('ota')}</h2><div class="row">

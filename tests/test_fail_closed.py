@@ -1,0 +1,108 @@
+"""A damaged settings.json never lowers security: whether authentication is on is kept with the tokens, so a
+zeroed, truncated, `null` or non-object settings file (no copies left) keeps it on; the damage is counted, logged
+and shown in /system/info. An older firmware's drive (auth on in settings.json only) teaches the token file at the
+first start; switching authentication off through the API is kept across a damaged file too."""
+
+import json
+import os
+
+import pytest
+import requests
+
+from tests.test_api_harness import start_host
+
+pytestmark = pytest.mark.slow
+
+DAMAGE = {"zeroed": b"\x00" * 300, "truncated": b'{"api_auth_required": tr', "null": b"null", "list": b"[1, 2]",
+          "empty": b""}
+
+
+def _auth_on(h):
+    g = requests.post(h.url + "/api/v1/auth/tokens/generate", timeout=10).json()
+    write, read = g["pending"]["token_write"], g["pending"]["token_read"]
+    assert requests.post(h.url + "/api/v1/auth/tokens/confirm", json={"new_write_token": write}, timeout=10).ok
+    assert requests.post(h.url + "/api/v1/settings", json={"api_auth_required": True}, timeout=10).ok
+    return read, write
+
+
+def _damage(state, content):
+    for name in os.listdir(state):
+        if name.startswith("settings.json"):
+            os.remove(os.path.join(state, name))      # no copy left to recover from
+    with open(os.path.join(state, "settings.json"), "wb") as f:
+        f.write(content)
+
+
+def _info(h, token):
+    r = requests.get(h.url + "/api/v1/system/info", headers={"Authorization": "Bearer " + token}, timeout=10)
+    assert r.status_code == 200
+    return {e["name"]: e["value"] for e in r.json()["settings"]}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_damaged_settings_file_keeps_authentication_on(tmp_path_factory, kind):
+    h = start_host(tmp_path_factory, "fc-" + kind)
+    try:
+        read, _write = _auth_on(h)
+        with open(os.path.join(h.state, "tokens.json")) as f:
+            assert json.load(f)["required"] is True          # kept with the tokens
+        assert h.stop() == 0
+        _damage(h.state, DAMAGE[kind])
+        h.start()
+        assert requests.get(h.url + "/api/v1/settings", timeout=10).status_code == 401
+        assert requests.get(h.url + "/api/v1/history/latest", timeout=10).status_code == 401
+        s = _info(h, read)
+        assert s["load_errors"] >= 1 and s["damaged"] is True and s["auth_required"] is True
+        assert "unreadable, defaults in use" in h.log() and "authentication stays as the token file says: on" in h.log()
+    finally:
+        h.stop()
+
+
+def test_an_older_drive_teaches_the_token_file_and_off_stays_off(tmp_path_factory):
+    h = start_host(tmp_path_factory, "fc-migrate")
+    try:
+        read, write = _auth_on(h)
+        assert h.stop() == 0
+        path = os.path.join(h.state, "tokens.json")
+        with open(path) as f:
+            doc = json.load(f)
+        del doc["required"]                                  # as an older firmware wrote it
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        h.start()
+        with open(path) as f:
+            assert json.load(f)["required"] is True           # learnt at the first start
+        r = requests.post(h.url + "/api/v1/settings", json={"api_auth_required": False},
+                          headers={"Authorization": "Bearer " + write}, timeout=10)
+        assert r.status_code == 200
+        with open(path) as f:
+            assert json.load(f)["required"] is False          # switched off by the owner: kept off
+        assert h.stop() == 0
+        _damage(h.state, b"null")
+        h.start()
+        assert requests.get(h.url + "/api/v1/settings", timeout=10).status_code == 200
+        assert _info(h, read)["auth_required"] is False
+    finally:
+        h.stop()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="chromium missing (make test installs it)")
+def test_the_system_page_warns_about_damaged_settings(tmp_path_factory):
+    from tests.test_web_ui import ARGS, CHROMIUM
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    h = start_host(tmp_path_factory, "fc-web")
+    try:
+        assert h.stop() == 0
+        _damage(h.state, b"\x00" * 64)
+        h.start()
+        with sync_api.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = b.new_page(locale="de-DE")
+            page.goto(h.url + "/#/system")
+            warn = page.locator("[data-test=settings-damaged]")
+            warn.wait_for()
+            assert "beschädigt" in warn.inner_text() and warn.get_attribute("role") == "alert"
+            b.close()
+    finally:
+        h.stop()
