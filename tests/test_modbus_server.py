@@ -579,3 +579,38 @@ def test_a_reading_left_on_the_bus_stays_stale_across_the_tick_wrap():
             assert h.server.map.source is None, polled
         finally:
             h.close()
+
+
+def test_two_idle_connections_cannot_lock_a_third_client_out(srv):
+    """The audit's lock-out: two connections that say nothing held both slots for 5 minutes (renewable). After
+    shed_idle_ms without a request the longest-idle one gives its slot to a newcomer, which gets its answers."""
+    a, b = raw(srv), raw(srv)
+    try:
+        a.sendall(read_req(1, BASE, 1))
+        assert len(recv_exact(a, 11)) == 11
+        b.sendall(read_req(2, BASE, 1))
+        assert len(recv_exact(b, 11)) == 11
+        last = sorted(c.last_ms for c in srv.server._clients if c.sock is not None)
+        srv.now_ms = ticks_add(last[-1], 30000)           # both idle, but only 30 s: a newcomer is refused
+        srv.settle()
+        early = ModbusTcpClient("127.0.0.1", port=srv.port, timeout=2, retries=0, reconnect_delay=0)
+        early.connect()
+        with pytest.raises((ConnectionException, ModbusIOException, ConnectionError)):
+            rr = early.read_holding_registers(BASE, count=2)
+            if rr.isError():
+                raise ModbusIOException("error reply")
+        early.close()
+        srv.now_ms = ticks_add(last[-1], 61000)           # now a minute idle: the newcomer gets a slot
+        srv.settle()
+        third = client(srv)
+        assert not third.read_holding_registers(BASE, count=2).isError()
+        srv.settle()
+        assert srv.server.counters["shed"] == 1 and srv.server.active_connections() == 2
+        a.settimeout(2)
+        assert closed_by_peer(a)                           # the longest-idle (a asked first) went
+        b.sendall(read_req(3, BASE, 1))                    # the other one is still served
+        assert len(recv_exact(b, 11)) == 11
+        third.close()
+    finally:
+        a.close()
+        b.close()

@@ -87,6 +87,7 @@ class ModbusServer(Module):
     name = "modbus"
     max_clients = 2
     idle_ms = 300000          # a client without a complete request for 5 minutes is closed
+    shed_idle_ms = 60000      # at the limit, a newcomer takes the slot of the longest-idle client idle this long
     # The pipeline publishes None after 10 s without a telegram; this second line of defence covers a
     # pipeline that died and can publish nothing: a Reading this old is never served as current.
     stale_ms = 15000
@@ -243,8 +244,16 @@ class ModbusServer(Module):
                 free = c
                 break
         if free is None:
-            # a third client is accepted and closed at once: it sees the close immediately instead
-            # of hanging in the backlog, and the two sockets of the served clients stay untouched
+            # Both slots taken: two connections that say nothing must not lock every other client out for the
+            # 5 minutes of idle_ms (renewable by whoever holds them). The longest-idle one that has sent no
+            # request for shed_idle_ms gives its slot to the newcomer, as the HTTP server sheds idle keep-alives.
+            free = self._idlest(now_ms)
+            if free is not None:
+                self.count("shed")
+                self._drop(free)
+        if free is None:
+            # a third client while both are busy is accepted and closed at once: it sees the close immediately
+            # instead of hanging in the backlog, and the two sockets of the served clients stay untouched
             self.count("refused")
             try:
                 sock.close()
@@ -256,6 +265,21 @@ class ModbusServer(Module):
         free.peer = addr
         free.last_ms = now_ms
         self.count("accepted")
+
+    def _idlest(self, now_ms):
+        """The client idle longest, if it has been idle for shed_idle_ms (wrap-safe: a stamp too old for
+        ticks_diff reads negative and counts as idle), else None."""
+        best = None
+        best_idle = -1
+        for c in self._clients:
+            if c.sock is None or c.txn:
+                continue                  # a client waiting for its answer is not idle
+            d = ticks_diff(now_ms, c.last_ms)
+            idle = d if d >= 0 else self.idle_ms
+            if idle >= self.shed_idle_ms and idle > best_idle:
+                best = c
+                best_idle = idle
+        return best
 
     def _serve(self, c, now_ms):
         """One step for one client: finish a pending reply, else read and answer at most one frame."""
