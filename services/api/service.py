@@ -36,7 +36,11 @@ def required_level(method, path):
 
 
 class RateLimiter:
-    """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks).
+    """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks
+    and who sent them), shared fairly: while another address has asked within seen_ms, no address may hold more
+    than limit - reserve of the window, so one flooding client never takes the whole budget from a client that
+    polls the device; a client alone still has all of it. (A client asking for the first time while a flood fills
+    the window waits until its stamps expire, once: the device-wide limit is kept strictly.)
 
     A stamp leaves the ring as soon as it is window_ms old or appears to lie in the future. prune() runs in every
     poll, so no stamp lives long enough for the tick wrap to matter: ticks_diff is only meaningful within
@@ -44,27 +48,64 @@ class RateLimiter:
     ~75 h (refused requests are not recorded, so retrying never helped).
     """
 
-    def __init__(self, limit=25, window_ms=10000):
+    seen_max = 4      # addresses remembered (the newest ones); on a home LAN a few clients at most
+    seen_ms = 60000   # an address that asked this recently is "about" (Home Assistant polls every 5-30 s)
+
+    def __init__(self, limit=25, window_ms=10000, reserve=None):
         self.limit = limit
         self.window_ms = window_ms
+        self.reserve = reserve if reserve is not None else limit * 2 // 5   # 10 of 25: the others' share
         self._times = [0] * limit
+        self._who = [None] * limit
         self._head = 0    # index of the oldest stamp
         self._count = 0
+        self._seen = []   # [address, ticks of its last request (allowed or not)], newest last
 
     def prune(self, now):
         """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
         while self._count:
             if fresh(self._times[self._head], now, self.window_ms):
-                return
+                break
+            self._who[self._head] = None
             self._head = (self._head + 1) % self.limit
             self._count -= 1
+        self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms)]
 
-    def allow(self, now):
-        """Record and allow a request, or refuse it (a refused request is not recorded)."""
+    def held(self, who):
+        """Requests of who in the current window."""
+        n = 0
+        for i in range(self._count):
+            if self._who[(self._head + i) % self.limit] == who:
+                n += 1
+        return n
+
+    def _saw(self, who, now):
+        """Note who asked now; True when another address asked within the window."""
+        others = False
+        mine = None
+        for e in self._seen:
+            if e[0] == who:
+                mine = e
+            else:
+                others = True
+        if mine is not None:
+            self._seen.remove(mine)
+        self._seen.append([who, now])
+        if len(self._seen) > self.seen_max:
+            self._seen.pop(0)
+        return others
+
+    def allow(self, now, who=None):
+        """Record and allow a request of address who, or refuse it (a refused request is not recorded)."""
         self.prune(now)
+        others = self._saw(who, now) if who is not None else False
         if self._count >= self.limit:
             return False
-        self._times[(self._head + self._count) % self.limit] = now
+        if others and self.held(who) >= self.limit - self.reserve:
+            return False          # another address is about: it keeps its share of the window
+        at = (self._head + self._count) % self.limit
+        self._times[at] = now
+        self._who[at] = who
         self._count += 1
         return True
 
@@ -211,7 +252,9 @@ class HttpApi(Module):
         check (Home Assistant) and a locked-out owner can still see that the device is up while another client
         floods it, and the flood gains at most alive_reserve tiny answers per window.
         """
-        if self.limiter.allow(now):
+        addr = request.client_address
+        who = addr[0] if isinstance(addr, tuple) and addr else None
+        if self.limiter.allow(now, who):
             return False
         return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now))
 
