@@ -108,3 +108,28 @@ def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, 
         page.context.close()
     finally:
         evil.shutdown()
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")
+def test_texts_from_an_update_server_are_shown_as_text(browser, device):  # noqa: F811
+    """A hostile update server's texts (version, notes, messages) reach the page only as text: no element is made
+    from them, no script runs (Preact escapes; the page has no innerHTML; the CSP would stop an inline handler)."""
+    evil = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+    check = {"success": True, "data": {"update_available": True, "version": evil, "installed_version": "0.1.0",
+                                       "release_date": "2026-11-24", "release_note_de": evil, "release_note_en": evil,
+                                       "release_url": ""}}
+    page = _page(browser)
+    page.route("**/api/v1/ota/check", lambda route: route.fulfill(status=200, content_type="application/json",
+                                                                 body=__import__("json").dumps(check)))
+    page.route("**/api/v1/ota/start", lambda route: route.fulfill(status=200, content_type="application/json",
+                                                                 body='{"ok": false, "message": %s}'
+                                                                 % __import__("json").dumps(evil)))
+    page.goto(device.url + "/#/system")
+    page.get_by_role("button", name="Auf Update prüfen").click()
+    page.get_by_text("onerror", exact=False).first.wait_for()
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Update starten").click()
+    page.get_by_text("window.pwned", exact=False).first.wait_for()
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("img[src=x]").count() == 0 and page.locator("b", has_text="bold").count() == 0
+    page.context.close()
