@@ -472,7 +472,7 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
                           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
                           lambda: api.poll(0), polls=60, wait=0.05)
         assert answer.startswith(b"HTTP/1.1 200")
-        assert ring.pop() == ["ctRatio", "ledEnable", "medianFilterSize"] and ring.pop() is None   # sorted: no dict order
+        assert ring.pop() == ["ctRatio", "ledEnable", "medianFilterSize"] and ring.pop() is None   # sorted
         assert app.led.enabled is False
         assert json.load(open(tmp_path / "settings.json"))["ctRatio"] == 2.5
     finally:

@@ -47,7 +47,8 @@ def test_a_gap_is_drawn_as_a_gap_not_a_tall_bar(browser, fast, shots):  # noqa: 
     assert len(imp) == 40 + 8 + 3                      # the 8 missing quarter hours have slots of their own
     assert max(v for v in imp if v is not None) == 250   # no 2,250 Wh bar
     assert imp[40:49] == [None] * 9 and spread[40:49] == [250] * 9
-    assert "1 Lücke" in box.inner_text() and "10:00–12:00" in box.inner_text() and "2 Std. 0 Min. ohne Daten" in box.inner_text()
+    text = box.inner_text()
+    assert "1 Lücke" in text and "10:00–12:00" in text and "2 Std. 0 Min. ohne Daten" in text
     page.screenshot(path=os.path.join(shots, "history-gap-1280.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.screenshot(path=os.path.join(shots, "history-gap-390.png"), full_page=True)

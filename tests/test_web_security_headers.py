@@ -91,8 +91,8 @@ def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, 
     page.context.close()
 
     # A page of another origin (another port) that frames the device, as the reported clickjacking page did.
-    (tmp_path / "evil.html").write_text('<!doctype html><title>win a prize</title>'
-                                        '<iframe id="f" src="%s/#/system" width="800" height="600"></iframe>' % device.url)
+    (tmp_path / "evil.html").write_text('<!doctype html><title>win a prize</title><iframe id="f" '
+                                        'src="%s/#/system" width="800" height="600"></iframe>' % device.url)
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)  # noqa: E731
     evil = http.server.ThreadingHTTPServer(("127.0.0.2", 0), handler)
     threading.Thread(target=evil.serve_forever, daemon=True).start()
@@ -103,7 +103,8 @@ def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, 
         frames = [f for f in page.frames if f != page.main_frame]
         assert len(frames) == 1
         blocked = frames[0]
-        assert blocked.url.startswith("chrome-error://") or blocked.evaluate("document.body ? document.body.innerHTML : ''") == ""
+        inner = blocked.evaluate("document.body ? document.body.innerHTML : ''")
+        assert blocked.url.startswith("chrome-error://") or inner == ""
         assert page.frame_locator("#f").locator("nav").count() == 0      # nothing of the device inside
         page.context.close()
     finally:
