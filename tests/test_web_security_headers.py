@@ -79,7 +79,7 @@ def test_the_pages_policy_hashes_its_own_inline_script_and_style(device):
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")
 def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, device, tmp_path):  # noqa: F811
-    page = _page(browser)
+    page = _page(browser, csp=True)
     console = []
     page.on("console", lambda m: console.append(m.text))
     page.goto(device.url + "/")
@@ -97,7 +97,7 @@ def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, 
     evil = http.server.ThreadingHTTPServer(("127.0.0.2", 0), handler)
     threading.Thread(target=evil.serve_forever, daemon=True).start()
     try:
-        page = _page(browser)
+        page = _page(browser, csp=True)
         page.goto("http://127.0.0.2:%d/evil.html" % evil.server_address[1])
         page.wait_for_load_state("load")                         # the frame has loaded (or failed to)
         frames = [f for f in page.frames if f != page.main_frame]
@@ -119,7 +119,7 @@ def test_texts_from_an_update_server_are_shown_as_text(browser, device):  # noqa
     check = {"success": True, "data": {"update_available": True, "version": evil, "installed_version": "0.1.0",
                                        "release_date": "2026-11-24", "release_note_de": evil, "release_note_en": evil,
                                        "release_url": ""}}
-    page = _page(browser)
+    page = _page(browser, csp=True)
     page.route("**/api/v1/ota/check", lambda route: route.fulfill(status=200, content_type="application/json",
                                                                  body=__import__("json").dumps(check)))
     page.route("**/api/v1/ota/start", lambda route: route.fulfill(status=200, content_type="application/json",

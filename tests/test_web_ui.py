@@ -66,8 +66,12 @@ def plain(tmp_path_factory):
     h.stop()
 
 
-def _page(browser, width=1200, height=900):
-    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True, locale="de-DE")
+def _page(browser, width=1200, height=900, csp=False):
+    """A fresh page. Playwright's wait_for_function(string) evaluates a string, which the page's own
+    Content-Security-Policy forbids (no 'unsafe-eval'): these interface tests bypass it; the policy itself is
+    tested with csp=True (tests/test_web_security_headers.py)."""
+    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True, locale="de-DE",
+                              bypass_csp=not csp)
     page = ctx.new_page()
     page.errors = []
     page.on("pageerror", lambda e: page.errors.append(str(e)))
@@ -181,7 +185,7 @@ def test_history_day_and_range_render_as_charts_and_download_as_csv(browser, fas
         page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
     rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
     assert rows[0] == ["date", "timestamp", "power_W", "import_kWh", "export_kWh", "import_total_kWh",
-                       "export_total_kWh"]
+                       "export_total_kWh", "gap_s"]
     assert len(rows) == 1 + len(items)
     assert rows[1][0] == items[0]["date"] and int(rows[1][1]) == items[0]["timestamp"]
     assert float(rows[1][4]) == pytest.approx(items[0]["export_kW"])
