@@ -17,6 +17,7 @@ export class ApiError extends Error {
     super((body && body.error) || (status ? 'HTTP ' + status : 'network error'));
     this.status = status;
     this.fields = (body && body.fields) || null;
+    this.body = body;
   }
 }
 

@@ -158,11 +158,44 @@ function Section({ id, keys, doc, zones, onSaved, children }) {
     ${keys.map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${onSaved} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
     ${children}
   </form>`;
+}
+
+// Try the section's WiFi credentials before they are stored (POST /wifi/join): the device joins with its access
+// point kept up and stores them only when the join worked, so a wrong password never locks the owner out; the
+// answer names the address the device has there before the phone leaves the access point.
+function JoinBox({ profile, vals, onSaved }) {
+  const [msg, setMsg] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const go = async () => {
+    const p = `wifi.${profile}.`;
+    const body = { profile, ssid: vals[p + 'ssid'] || '', password: vals[p + 'password'] || '' };
+    if (vals[p + 'static_ip']) for (const k of ['static_ip', 'ip', 'subnet', 'gateway', 'dns']) body[k] = vals[p + k];
+    if (!body.ssid) {
+      setMsg(['err', t('joinNoSsid')]);
+      return;
+    }
+    setBusy(true);
+    setMsg(['', t('joining', body.ssid)]);
+    try {
+      const r = await api('/wifi/join', { method: 'POST', body });
+      setMsg(['ok', t('joined', r.ssid, r.ip, r.mdns_name)]);
+      onSaved();
+    } catch (e) {
+      const reason = e instanceof ApiError && e.status === 422 && e.body ? e.body.reason : '';
+      setMsg(['err', reason ? t('join_' + reason, body.ssid) : errText(e)]);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<div class="sub" data-test=${'join-' + profile}><div class="row">
+    <button type="button" disabled=${busy} onClick=${go}>${t('joinTest')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
 export function RestartButton() {
