@@ -155,3 +155,26 @@ def test_a_flood_from_one_address_leaves_another_its_share(tmp_path_factory):
         stop.set()
         t.join(10)
         h.stop()
+
+
+def test_the_page_never_waits_for_the_apis_budget_and_its_own_429_is_a_page(tmp_path_factory):
+    """Reloading while the API is rate-limited showed raw {"error": "Too many requests"}: the page has a budget of
+    its own (10 per 10 s), and when even that is spent the answer is a small HTML page that reloads itself."""
+    h = start_host(tmp_path_factory, "fc-page", rate_limit=3)
+    try:
+        import time
+
+        time.sleep(10.5)                              # the start-up probes leave the window
+        statuses = [requests.get(h.url + "/api/v1/system/info", timeout=10).status_code for _ in range(5)]
+        assert 429 in statuses                        # the API's budget is spent
+        page = requests.get(h.url + "/", timeout=10)
+        assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+        answers = [requests.get(h.url + "/", timeout=10) for _ in range(12)]
+        refused = [r for r in answers if r.status_code == 429]
+        assert refused, [r.status_code for r in answers]
+        r = refused[0]
+        assert r.headers["Content-Type"].startswith("text/html") and r.headers["Retry-After"] == "10"
+        assert "Zu viele Anfragen" in r.text and "Too many requests" in r.text and 'http-equiv="refresh"' in r.text
+        assert r.headers["X-Frame-Options"] == "DENY"
+    finally:
+        h.stop()

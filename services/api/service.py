@@ -2,7 +2,7 @@
 
 import json
 
-from adafruit_httpserver import JSONResponse, Redirect
+from adafruit_httpserver import JSONResponse, Redirect, Response
 from adafruit_ticks import ticks_ms
 
 from core.elapsed import fresh
@@ -12,6 +12,12 @@ from services.api.origin import cross_site, device_names, host_allowed
 from services.api.server import HardenedServer, bearer_token, error_response
 
 ALIVE_PATH = "/api/v1/system/alive"
+# The page's own 429 (both languages: the page cannot know the user's yet); it reloads itself after Retry-After.
+PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">'
+            '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus</title></head>'
+            '<body style="font-family:sans-serif;margin:2rem"><h1>Meter Plus</h1>'
+            '<p lang="de">Zu viele Anfragen: Die Seite lädt sich in 10 Sekunden von selbst neu.</p>'
+            '<p lang="en">Too many requests: the page reloads by itself in 10 seconds.</p></body></html>')
 
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
 # services (history, mqtt, modbus) are covered here, so their modules register plain Routes and stay auth-free.
@@ -123,6 +129,7 @@ class HttpApi(Module):
     retry_after_429 = "10"
     retry_after_503 = "5"
     alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
+    page_budget = 10              # page and static-file requests per window: a budget of their own (_page_refused)
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
                  ticks=ticks_ms):
@@ -137,6 +144,7 @@ class HttpApi(Module):
         self._routes = []
         self.limiter = RateLimiter(rate_limit, rate_window_ms)
         self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
+        self.page_limiter = RateLimiter(self.page_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
 
@@ -158,6 +166,7 @@ class HttpApi(Module):
         # Time-limited state is expired here, every cycle, so no stamp grows old enough for the tick wrap.
         self.limiter.prune(now_ms)
         self.alive_limiter.prune(now_ms)
+        self.page_limiter.prune(now_ms)
         auth = getattr(self._app, "auth", None)
         if auth is not None:
             auth.poll(now_ms)
@@ -208,7 +217,14 @@ class HttpApi(Module):
             return error_response(request, 403, "Cross-site request refused (%s): changes are accepted from the "
                                                 "device's own web page or from clients that are not browsers" % refused)
         now = self._ticks()
-        if self._over_budget(request, now):
+        if request.method in ("GET", "HEAD") and not request.path.startswith("/api/"):
+            # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
+            # other client spend; it has a budget of its own, and its refusal is a page, not raw JSON.
+            if not self.page_limiter.allow(now):
+                self.count("page_rate_limited")
+                return Response(request, PAGE_429, status=(429, "Too Many Requests"), content_type="text/html",
+                                headers={"Retry-After": self.retry_after_429, "Cache-Control": "no-store"})
+        elif self._over_budget(request, now):
             self.count("rate_limited")
             return error_response(request, 429, "Too many requests", headers={"Retry-After": self.retry_after_429})
         mem_free = self._app.mem_free
