@@ -183,12 +183,21 @@ def test_history_day_and_range_render_as_charts_and_download_as_csv(browser, fas
 
     with page.expect_download() as dl:
         page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
-    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
+    # The German interface writes CSV for German Excel: ';' and decimal commas.
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read()), delimiter=";"))
     assert rows[0] == ["date", "timestamp", "power_W", "import_kWh", "export_kWh", "import_total_kWh",
                        "export_total_kWh", "gap_s"]
     assert len(rows) == 1 + len(items)
     assert rows[1][0] == items[0]["date"] and int(rows[1][1]) == items[0]["timestamp"]
-    assert float(rows[1][4]) == pytest.approx(items[0]["export_kW"])
+    assert float(rows[1][4].replace(",", ".")) == pytest.approx(items[0]["export_kW"])
+    assert "." not in rows[1][5] and "," in rows[1][5]           # the total with a decimal comma
+    page.locator("input[name=excel]").uncheck()                  # the choice: comma-separated, decimal points
+    with page.expect_download() as dl:
+        page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
+    plain = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
+    assert plain[0][:3] == ["date", "timestamp", "power_W"] and "." in plain[1][5]
+    assert float(plain[1][5]) == pytest.approx(items[0]["import_total_kWh"])
+    page.locator("input[name=excel]").check()
 
     # Another day through the date picker: the page asks for that date.
     with page.expect_response(lambda r: "/history/highRes?date=2026-01-02" in r.url):
@@ -197,7 +206,7 @@ def test_history_day_and_range_render_as_charts_and_download_as_csv(browser, fas
     page.get_by_text("Keine Daten für diesen Zeitraum").first.wait_for()
     with page.expect_download() as dl:
         page.locator("form").nth(1).get_by_role("button", name="CSV herunterladen").click()
-    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read()), delimiter=";"))
     assert rows[0][:4] == ["date", "timestamp", "import_kWh", "export_kWh"] and rows[-1][0] == day
     assert page.errors == []
 
@@ -236,7 +245,7 @@ def test_dst_days_show_their_92_or_100_quarter_hours(browser, fast, shots, date,
     assert note in page.locator("[data-test=day-summary]").inner_text()
     with page.expect_download() as dl:
         page.locator("form").first.get_by_role("button", name="CSV herunterladen").click()
-    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read())))[1:]
+    rows = list(csv.reader(io.StringIO(open(dl.value.path()).read()), delimiter=";"))[1:]
     assert len(rows) == count
     stamps = [int(r[1]) for r in rows]
     assert stamps == sorted(stamps) and len(set(stamps)) == count      # real time runs on through the switch

@@ -157,7 +157,8 @@ export function parseCsv(text) {
   return rows;
 }
 
-export const csvField = (v) => {
+// One CSV field; sep is the separator in use (a field holding it, a quote or a line break is quoted).
+export const csvField = (v, sep = ',') => {
   const s = v === undefined || v === null ? '' : String(v);
-  return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+  return /["\n\r]/.test(s) || s.includes(sep) ? '"' + s.replace(/"/g, '""') + '"' : s;
 };

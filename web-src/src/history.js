@@ -2,7 +2,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, csvField, download } from './api.js';
 import { Chart, bars, noPoints, steps } from './chart.js';
-import { num, t } from './i18n.js';
+import { getLang, num, t } from './i18n.js';
 import { Msg, addDays, deviceToday, errText, html } from './ui.js';
 
 // Labels come from the device's own local time strings (item.date), so a DST day's 92 or 100 quarter hours and the
@@ -153,10 +153,14 @@ export function dstKind(items) {
 
 const DAY_COLS = ['date', 'timestamp', 'power_W', 'import_kW', 'export_kW', 'import_total_kWh', 'export_total_kWh', 'gap_s'];
 const RANGE_COLS = ['date', 'timestamp', 'import_kWh', 'export_kWh', 'import_total_kWh', 'export_total_kWh'];
-function csv(cols, items) {
+// German Excel reads ';' as the separator and ',' as the decimal mark; other spreadsheets read ',' and '.'.
+// The choice is the user's (a box above the charts; on by default with the German interface).
+function csv(cols, items, excelDe) {
+  const sep = excelDe ? ';' : ',';
+  const cell = (v) => csvField(excelDe && typeof v === 'number' ? String(v).replace('.', ',') : v, sep);
   // import_kW/export_kW of a quarter hour are its energy in kWh (the API's names): the header says so.
   const head = cols.map((c) => (c === 'import_kW' ? 'import_kWh' : c === 'export_kW' ? 'export_kWh' : c));
-  return [head.join(','), ...items.map((it) => cols.map((c) => csvField(it[c])).join(','))].join('\r\n') + '\r\n';
+  return [head.join(sep), ...items.map((it) => cols.map((c) => cell(it[c])).join(sep))].join('\r\n') + '\r\n';
 }
 
 export function History() {
@@ -167,6 +171,7 @@ export function History() {
   const [days, setDays] = useState(30);
   const [range, setRange] = useState(null);
   const [rangeErr, setRangeErr] = useState('');
+  const [excel, setExcel] = useState(getLang() === 'de');
 
   const loadDay = async (d) => {
     setDayErr('');
@@ -196,11 +201,12 @@ export function History() {
   return html`<section aria-labelledby="h-hist">
     <h1 id="h-hist">${t('history')}</h1>
     <p class="small">${t('tzNote')}</p>
+    <label class="small"><input type="checkbox" name="excel" checked=${excel} onChange=${(e) => setExcel(e.target.checked)} /> ${t('csvExcel')}</label>
     <h2>${t('day')}</h2>
     <form class="row" onSubmit=${(e) => { e.preventDefault(); loadDay(date); }}>
       <label>${t('day')} <input type="date" name="date" value=${date} required onInput=${(e) => setDate(e.target.value)} /></label>
       <button type="submit">${t('show')}</button>
-      <button type="button" disabled=${!n} onClick=${() => download('meterplus-' + date + '.csv', csv(DAY_COLS, day.items), 'text/csv')}>${t('csv')}</button>
+      <button type="button" disabled=${!n} onClick=${() => download('meterplus-' + date + '.csv', csv(DAY_COLS, day.items, excel), 'text/csv')}>${t('csv')}</button>
     </form>
     <${Msg} kind="err">${dayErr}<//>
     ${day && (n
@@ -214,7 +220,7 @@ export function History() {
         ${[7, 14, 31, 92, 183, 366].concat([30].filter(() => ![7, 14, 31, 92, 183, 366].includes(days))).sort((a, b) => a - b).map((d) => html`<option value=${d}>${d}</option>`)}
       </select></label>
       <button type="submit">${t('show')}</button>
-      <button type="button" disabled=${!(range && range.items.length)} onClick=${() => download('meterplus-' + start + '-' + days + 'd.csv', csv(RANGE_COLS, range.items), 'text/csv')}>${t('csv')}</button>
+      <button type="button" disabled=${!(range && range.items.length)} onClick=${() => download('meterplus-' + start + '-' + days + 'd.csv', csv(RANGE_COLS, range.items, excel), 'text/csv')}>${t('csv')}</button>
     </form>
     <${Msg} kind="err">${rangeErr}<//>
     ${range && (range.items.length
