@@ -160,19 +160,25 @@ def test_a_drive_that_refuses_writes_degrades_without_a_fault(drive, monkeypatch
 def test_power_cut_and_orderly_restart_on_the_host_runtime(tmp_path):
     h = HostProcess(tmp_path / "drive").start()
     try:
-        first = h.wait_for(lambda: _outages(h)[0]["up"] and _outages(h))
+        first = h.wait_for(lambda: _closed_outages(h, 1))
         assert first[0]["reason"] == "power" and first[0]["detail"] == "POWER_ON"
         h.kill()                                               # a power cut
         h.start()
-        second = h.wait_for(lambda: _outages(h)[0]["up"] and len(_outages(h)) == 2 and _outages(h))
+        second = h.wait_for(lambda: _closed_outages(h, 2))
         assert second[0]["reason"] == "power" and second[0]["down"] >= first[0]["up"]
         assert second[0]["duration_s"] == second[0]["up"] - second[0]["down"] >= 0
         assert h.post("/api/v1/system/reboot", {})[0] == 200    # an orderly restart through the API
-        third = h.wait_for(lambda: len(_outages(h)) == 3 and _outages(h)[0]["up"] and _outages(h), timeout=60)
+        third = h.wait_for(lambda: _closed_outages(h, 3), timeout=60)
         assert third[0]["reason"] == "restart" and third[0]["detail"] == "api" and third[0]["down"] > 0
         assert "outage: down" in h.log()
     finally:
         h.stop()
+
+
+def _closed_outages(h, n):
+    """The journal once it holds n outages and the newest has its "up" (None while the device restarts)."""
+    outages = _outages(h)
+    return outages if outages and len(outages) == n and outages[0]["up"] else None
 
 
 def _outages(h):

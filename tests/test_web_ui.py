@@ -315,7 +315,7 @@ def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, pla
     page.route("**/api/v1/settings", corrupt)
     _fill(form, key, good)
     with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
     assert resp.value.status == 400
     reason = resp.value.json()["fields"][key]
     err = form.locator("#f-%s-err" % key.replace(".", "-"))
@@ -327,7 +327,7 @@ def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, pla
     # The same form saved for real.
     page.unroute("**/api/v1/settings")
     with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
     assert resp.value.status == 200, resp.value.text()
     form.locator(".msg.ok").wait_for()
     assert _get_setting(plain, key) == stored
@@ -346,23 +346,23 @@ def test_the_page_checks_the_rules_before_sending(browser, plain):
     cases = [("device_name", "y" * 32, "höchstens 31 Zeichen")]
     for key, value, text in cases:
         form.locator('[name="%s"]' % key).fill(value)
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
         assert text in form.locator("#f-%s-err" % key.replace(".", "-")).inner_text()
     meter = page.locator("#s-meter")
     for value in ("0,5", "2,55", "abc", "10001"):
         meter.locator('[name="ctRatio"]').fill(value)
-        meter.get_by_role("button", name="Speichern").click()
+        meter.get_by_role("button", name="Speichern", exact=True).click()
         assert "0,1" in meter.locator("#f-ctRatio-err").inner_text()
     assert meter.locator('[name="medianFilterSize"] option').all_inner_texts() == ["Aus", "3", "5", "7", "9"]
     wifi = page.locator("#s-wifiPrimary")
     wifi.locator('[name="wifi.primary.password"]').fill("x" * 64)
     wifi.locator('[name="wifi.primary.static_ip"]').check()
-    wifi.get_by_role("button", name="Speichern").click()
+    wifi.get_by_role("button", name="Speichern", exact=True).click()
     assert "63" in wifi.locator("#f-wifi-primary-password-err").inner_text()
     assert wifi.locator("#f-wifi-primary-ip-err").inner_text() == "erforderlich"
     ap = page.locator("#s-ap")
     ap.locator('[name="accessPoint.password"]').fill("short")
-    ap.get_by_role("button", name="Speichern").click()
+    ap.get_by_role("button", name="Speichern", exact=True).click()
     assert "8" in ap.locator("#f-accessPoint-password-err").inner_text()
     assert posts == []                           # nothing was sent
     assert page.errors == []
@@ -377,10 +377,10 @@ def test_ssid_change_with_empty_password_asks_first(browser, plain):
     form = page.locator("#s-wifiSecondary")
     form.locator('[name="wifi.secondary.ssid"]').fill("Nachbar")
     with page.expect_event("dialog"):
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
     assert len(asked) == 1 and "Nachbar" in asked[0] and "bisherige Passwort" in asked[0]
     assert _get_setting(plain, "wifi.secondary.ssid") != "Nachbar"     # declined: nothing sent
-    form.get_by_role("button", name="Speichern").click()
+    form.get_by_role("button", name="Speichern", exact=True).click()
     form.locator(".msg.ok").wait_for()
     assert len(asked) == 2
     assert _get_setting(plain, "wifi.secondary.ssid") == "Nachbar"
@@ -412,16 +412,16 @@ def test_ap_protection_without_password_asks_first(browser, plain):
     form = page.locator("#s-ap")
     form.locator('[name="accessPoint.password_enable"]').check()
     with page.expect_event("dialog"):
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
     assert len(asked) == 1 and "ohne Passwort" in asked[0]
     assert _get_setting(plain, "accessPoint.password_enable") is False
-    form.get_by_role("button", name="Speichern").click()
+    form.get_by_role("button", name="Speichern", exact=True).click()
     form.locator(".msg.ok").wait_for()
     assert _get_setting(plain, "accessPoint.password_enable") is True
     # With a password there is nothing to confirm.
     form.locator('[name="accessPoint.password"]').fill("geheim123")
     with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
-        form.get_by_role("button", name="Speichern").click()
+        form.get_by_role("button", name="Speichern", exact=True).click()
     assert resp.value.status == 200
     assert len(asked) == 2 and _get_setting(plain, "accessPoint.password_set") is True
     page.context.close()
@@ -446,7 +446,7 @@ def test_language_follows_the_device_setting(browser, plain, shots):
     page = _settings_page(browser, plain)
     form = page.locator("#s-general")
     form.locator('[name="language.active"]').select_option("en")
-    form.get_by_role("button", name="Speichern").click()
+    form.get_by_role("button", name="Speichern", exact=True).click()
     page.get_by_role("link", name="Settings").wait_for()
     assert page.locator("html").get_attribute("lang") == "en"
     page.screenshot(path=os.path.join(shots, "settings-en.png"), full_page=True)
@@ -455,7 +455,7 @@ def test_language_follows_the_device_setting(browser, plain, shots):
     fresh.get_by_role("link", name="Dashboard").wait_for()
     fresh.get_by_text("Import total").wait_for()
     form.locator('[name="language.active"]').select_option("de")
-    form.get_by_role("button", name="Save").click()
+    form.get_by_role("button", name="Save", exact=True).click()
     page.get_by_role("link", name="Einstellungen").wait_for()
     page.context.close()
     fresh.context.close()
@@ -510,13 +510,13 @@ def test_token_rotation_then_authentication_on(browser, secured, shots):
     other.goto(secured.url + "/#/settings")
     other.locator("#s-general").wait_for()
     other.locator('#s-general [name="device_name"]').fill("Mit Token")
-    other.locator("#s-general").get_by_role("button", name="Speichern").click()
+    other.locator("#s-general").get_by_role("button", name="Speichern", exact=True).click()
     other.get_by_text("Diese Aktion braucht das WRITE-Token.").wait_for()
     other.fill("#tok-in", write_token)
     other.get_by_role("button", name="Anmelden").click()
     other.locator('#s-general [name="device_name"]').wait_for()
     other.locator('#s-general [name="device_name"]').fill("Mit Token")
-    other.locator("#s-general").get_by_role("button", name="Speichern").click()
+    other.locator("#s-general").get_by_role("button", name="Speichern", exact=True).click()
     other.locator("#s-general .msg.ok").wait_for()
     assert secured.get("/api/v1/settings", headers={"Authorization": "Bearer " + read_token})[1]["device_name"] == \
         "Mit Token"

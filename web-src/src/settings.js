@@ -184,7 +184,7 @@ function JoinBox({ profile, vals, onSaved }) {
     setMsg(['', t('joining', body.ssid)]);
     try {
       const r = await api('/wifi/join', { method: 'POST', body });
-      setMsg(['ok', t('joined', r.ssid, r.ip, r.mdns_name)]);
+      setMsg(['ok', t('joined', r.ssid, location.protocol + '//' + r.ip + '/', r.mdns_name)]);  // no URL literal in the page
       onSaved();
     } catch (e) {
       const reason = e instanceof ApiError && e.status === 422 && e.body ? e.body.reason : '';
