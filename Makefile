@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(SUM)
 RUN_STAMP := $(VENV)/.run-installed-$(SUM)
 ARGS   ?=
 
-.PHONY: run test bench soak sysdeps clean web
+.PHONY: run test bench bench-device soak sysdeps clean web
 
 $(STAMP): requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -44,6 +44,12 @@ test: $(STAMP) sysdeps
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
+
+# code.py on CircuitPython's own interpreter (unix port, the S3's number model): heap, smallest heap, polls.
+# Needs a CircuitPython source tree (README.md, "Device bench") and gcc-multilib; skips with a message without one.
+CIRCUITPY_SRC ?=
+bench-device: $(STAMP)
+	CIRCUITPY_SRC="$(CIRCUITPY_SRC)" $(BIN)/python -m bench.bench_device $(ARGS)
 
 # The web interface: web-src/ (Preact, htm, uPlot; esbuild) -> web/index.html.gz + web/files.tsv. The built files
 # are committed, so run/test need no Node.js; this target is for changing the interface (needs Node.js 18+ and npm).

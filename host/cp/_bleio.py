@@ -248,7 +248,7 @@ class CharacteristicBuffer:
             return None
         n = len(self._fifo) if nbytes is None else min(nbytes, len(self._fifo))
         out = bytes(self._fifo[:n])
-        del self._fifo[:n]
+        self._fifo = self._fifo[n:]   # (no slice deletion: also runs on CircuitPython)
         return out
 
     def readinto(self, buf, nbytes=None):

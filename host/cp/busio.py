@@ -40,7 +40,7 @@ class UART:
             over = len(self._buf) - self._size
             if over > 0:
                 # The hardware FIFO keeps the oldest bytes and drops new ones on overflow.
-                del self._buf[self._size:]
+                self._buf = self._buf[: self._size]   # (no slice deletion: also runs on CircuitPython)
                 self.overruns += over
 
     @property
@@ -57,7 +57,7 @@ class UART:
             return None
         n = len(self._buf) if nbytes is None else min(nbytes, len(self._buf))
         out = bytes(self._buf[:n])
-        del self._buf[:n]
+        self._buf = self._buf[n:]
         return out
 
     def readinto(self, buf):

@@ -1,0 +1,375 @@
+"""Device bench: code.py on CircuitPython's own interpreter with the ESP32-S3's number model, heap and poll figures.
+
+CircuitPython's unix port is built once from a CircuitPython source tree (CIRCUITPY_SRC, or --src) with the
+variant in bench/device/meterplus_s3 (32-bit, object representation C, single floats) into a cache, then
+code.py runs there with the hardware stand-ins (bench/device/stand_ins + host/cp) for --seconds with replayed SML
+telegrams, HTTP requests, a Modbus client and an MQTT broker (bench/device/runner.py). Prints the heap after
+building, the heap held while running, the smallest heap that boots (bisection with -X heapsize), per-module costs
+and the longest poll. README.md ("Device bench") says how to get the source.
+
+    make bench-device CIRCUITPY_SRC=~/src/circuitpython          (or: python -m bench.bench_device --src DIR)
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANT = os.path.join(REPO, "bench", "device", "meterplus_s3")
+CIRCUITPYTHON_TAG = "10.2.1"
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "meterplus")
+# The host stand-ins that run unchanged on CircuitPython's unix port; bench/device/stand_ins has the others.
+HOST_STAND_INS = ("board", "busio", "digitalio", "supervisor", "storage", "neopixel", "wifi", "_bleio",
+                  "microcontroller", "rtc")
+# Device libraries as requirements.txt names them, copied from the pinned host install.
+LIBRARIES = ("adafruit_ticks", "adafruit_httpserver", "adafruit_minimqtt", "adafruit_connection_manager",
+             "adafruit_ble")
+FIRMWARE = ("code.py", "boot.py", "settings.toml", "core", "drivers", "meter", "services", "web")
+SUBMODULES = ("tools/huffman", "lib/mp3", "lib/quirc", "extmod/ulab", "lib/adafruit_floppy")
+BOOT_SECONDS = 12
+
+
+class Skip(Exception):
+    """The bench cannot run here (no CircuitPython source); the message says what to do."""
+
+
+def source_tree(path):
+    """The CircuitPython source folder, checked for what the unix build needs."""
+    if not path:
+        raise Skip("no CircuitPython source: set CIRCUITPY_SRC to a clone of adafruit/circuitpython at %s "
+                   "(README.md, 'Device bench')" % CIRCUITPYTHON_TAG)
+    if not os.path.isfile(os.path.join(path, "ports", "unix", "Makefile")):
+        raise Skip("%s is not a CircuitPython source tree (no ports/unix/Makefile)" % path)
+    missing = [m for m in SUBMODULES if not os.listdir(os.path.join(path, m))]
+    if missing:
+        raise Skip("%s lacks the submodules %s: git submodule update --init --depth 1 %s"
+                   % (path, ", ".join(missing), " ".join(missing)))
+    return os.path.abspath(path)
+
+
+def variant_digest():
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(VARIANT)):
+        with open(os.path.join(VARIANT, name), "rb") as f:
+            h.update(name.encode() + f.read())
+    return h.hexdigest()[:12]
+
+
+def build(src, log=print):
+    """Path of the unix-port interpreter for this source and variant, built into the cache the first time.
+
+    CircuitPython's mpy-cross is built beside it (mpy_cross_of() finds it): the device's libraries are .mpy files.
+    """
+    with open(os.path.join(src, "py", "mpconfig.h"), "rb") as f:
+        key = hashlib.sha256(f.read() + src.encode()).hexdigest()[:12] + "-" + variant_digest()
+    out = os.path.join(CACHE, "cp-unix-" + key)
+    binary = os.path.join(out, "micropython")
+    if os.path.exists(binary) and os.path.exists(mpy_cross_of(binary)):
+        return binary
+    log("building CircuitPython's unix port and mpy-cross (once, into %s) ..." % out)
+    env = dict(os.environ)
+    env.setdefault("CP_VERSION", CIRCUITPYTHON_TAG)   # a source archive has no git tags to read it from
+    try:
+        import polib  # noqa: F401  (the translation step of the build needs it)
+    except ImportError:
+        raise Skip("the CircuitPython build needs polib: pip install polib") from None
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    cmd = ["make", "-C", os.path.join(src, "ports", "unix"), "VARIANT_DIR=" + VARIANT, "BUILD=" + out,
+           "-j%d" % (os.cpu_count() or 2)]
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if res.returncode != 0 or not os.path.exists(binary):
+        sys.stderr.write(res.stdout[-4000:])
+        raise SystemExit("CircuitPython unix build failed (needs gcc-multilib for the 32-bit build)")
+    cmd = ["make", "-C", os.path.join(src, "mpy-cross"), "BUILD=" + os.path.join(out, "mpy-cross-build"),
+           "-j%d" % (os.cpu_count() or 2)]
+    res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-4000:])
+        raise SystemExit("CircuitPython mpy-cross build failed")
+    return binary
+
+
+def mpy_cross_of(binary):
+    """CircuitPython's mpy-cross built beside the interpreter."""
+    return os.path.join(os.path.dirname(binary), "mpy-cross-build", "mpy-cross")
+
+
+def compile_mpy(binary, folder):
+    """Replace every .py under folder by its .mpy (what circup installs for libraries; what a drive may hold)."""
+    tool = mpy_cross_of(binary)
+    for path in glob.glob(os.path.join(folder, "**", "*.py"), recursive=True):
+        subprocess.run([tool, "-o", path[:-3] + ".mpy", "-s", os.path.basename(path), path], check=True)
+        os.remove(path)
+
+
+def library_path(name):
+    """Where the pinned host install keeps a device library (package folder or single module)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise Skip("device library %s is not installed: make bench-device installs requirements-dev.txt" % name)
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return spec.origin
+
+
+def stage(binary=None, firmware_mpy=False):
+    """A temporary CIRCUITPY drive: the firmware, lib/ with the device libraries, hw/ with the stand-ins.
+
+    With binary, the libraries are .mpy files as circup installs them; firmware_mpy compiles the firmware's
+    packages too (code.py and boot.py stay source: CircuitPython runs them as files).
+    """
+    root = tempfile.mkdtemp(prefix="meterplus-device-")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in FIRMWARE:
+        src = os.path.join(REPO, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(root, name), ignore=ignore)
+        else:
+            shutil.copy(src, root)
+    os.makedirs(os.path.join(root, "lib"))
+    for name in LIBRARIES:
+        path = library_path(name)
+        if os.path.isdir(path):
+            shutil.copytree(path, os.path.join(root, "lib", name), ignore=ignore)
+        else:
+            shutil.copy(path, os.path.join(root, "lib"))
+    hw = os.path.join(root, "hw")
+    os.makedirs(hw)
+    for name in HOST_STAND_INS:
+        shutil.copy(os.path.join(REPO, "host", "cp", name + ".py"), hw)
+    for path in glob.glob(os.path.join(REPO, "bench", "device", "stand_ins", "*.py")):
+        shutil.copy(path, hw)
+    shutil.copy(os.path.join(REPO, "bench", "device", "runner.py"), root)
+    if binary is not None:
+        compile_mpy(binary, os.path.join(root, "lib"))
+        if firmware_mpy:
+            for top in ("core", "drivers", "meter", "services"):
+                compile_mpy(binary, os.path.join(root, top))
+    return root
+
+
+def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False):
+    """(exit code, result dict or None, output tail) of one run in a fresh copy of the drive."""
+    root = stage(binary, firmware_mpy)
+    try:
+        cmd = [binary]
+        if heap_kb:
+            cmd += ["-X", "heapsize=%dk" % heap_kb]
+        cmd += ["runner.py", str(seconds), mode]
+        res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=seconds + 120)
+        result = None
+        for line in res.stdout.splitlines():
+            if line.startswith("@@BENCH@@ "):
+                result = json.loads(line[10:])
+        return res.returncode, result, res.stdout[-3000:]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def boots(binary, heap_kb, firmware_mpy=False):
+    """Does the firmware boot in heap_kb: main loop reached, /history/latest answered 200, no module failed."""
+    rc, result, _ = run_firmware(binary, BOOT_SECONDS, "boot", heap_kb, firmware_mpy)
+    if rc != 0 or not result or "memory_error" in result:
+        return False
+    if not result["http"].get("/api/v1/history/latest 200"):
+        return False
+    return "FAILED" not in result["module_states"].values()
+
+
+def smallest_heap(binary, lo=64, hi=1024, step=8, firmware_mpy=False):
+    """The smallest -X heapsize (KB, to `step`) with which the firmware boots."""
+    if not boots(binary, hi, firmware_mpy):
+        return None
+    while hi - lo > step:
+        mid = (lo + hi) // 2
+        if boots(binary, mid, firmware_mpy):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+OWN_COSTS = """
+import sys, gc
+import time as _unix_time
+sys.path[:0] = ["hw", ".", "lib"]
+import time
+time._rt = _unix_time
+for name in %r:
+    __import__(name)
+for name in %r:
+    gc.collect()
+    before = gc.mem_alloc()
+    __import__(name)
+    gc.collect()
+    print("@@COST@@", name, gc.mem_alloc() - before)
+"""
+# The stand-ins are C modules on the device: imported before the baseline (runner.py does the same).
+STAND_IN_MODULES = ("board", "busio", "digitalio", "supervisor", "storage", "neopixel", "wifi", "_bleio",
+                    "microcontroller", "rtc", "watchdog", "socketpool", "mdns", "ipaddress")
+
+
+def _imports(path, known):
+    """Device modules (of known) that the file at path imports, at any depth of its code."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [node.module + "." + a.name for a in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name not in found:
+                found.append(name)
+    return found
+
+
+def device_modules(root):
+    """{module name: file} of the firmware's modules and the device libraries in a staged drive."""
+    mods = {}
+    for top in ("core", "drivers", "meter", "services", "lib"):
+        for path in sorted(glob.glob(os.path.join(root, top, "**", "*.py"), recursive=True)):
+            rel = os.path.relpath(path, os.path.join(root, "lib") if top == "lib" else root)[:-3]
+            name = rel.replace(os.sep, ".")
+            mods[name[:-9] if name.endswith(".__init__") else name] = path
+    return mods
+
+
+def import_order(mods):
+    """Module names with every module after the modules it imports (cycles broken where they close)."""
+    order, state = [], {}
+
+    def visit(name):
+        if state.get(name):
+            return
+        state[name] = 1
+        for dep in _imports(mods[name], mods):
+            if dep != name:
+                visit(dep)
+        order.append(name)
+
+    for name in sorted(mods):
+        visit(name)
+    return order
+
+
+def module_costs(binary):
+    """Heap each module holds of its own (its imports loaded first), largest first."""
+    root = stage()
+    try:
+        mods = device_modules(root)
+        # Only what code.py can reach: test helpers and unused library parts would inflate the totals.
+        reach, todo = set(), [d for d in _imports(os.path.join(root, "code.py"), mods)]
+        todo += [d for d in _imports(os.path.join(root, "boot.py"), mods)]
+        while todo:
+            name = todo.pop()
+            if name in reach:
+                continue
+            reach.add(name)
+            todo.extend(_imports(mods[name], mods))
+            parent = name.rpartition(".")[0]
+            if parent in mods:
+                todo.append(parent)
+        order = [n for n in import_order(mods) if n in reach]
+        res = subprocess.run([binary, "-c", OWN_COSTS % (STAND_IN_MODULES, order)], cwd=root, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=300)
+        costs = {}
+        for line in res.stdout.splitlines():
+            if line.startswith("@@COST@@"):
+                _, name, n = line.split()
+                costs[name] = int(n)
+        if len(costs) != len(order):
+            raise SystemExit("importing the device modules failed on CircuitPython:\n%s" % res.stdout[-2000:])
+        return sorted(costs.items(), key=lambda kv: -kv[1])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def shares(costs):
+    """Heap by top-level part: each library, and core/drivers/meter/services by package."""
+    totals = {}
+    for name, cost in costs:
+        parts = name.split(".")
+        key = ".".join(parts[:2]) if parts[0] == "services" else parts[0]
+        totals[key] = totals.get(key, 0) + cost
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def kb(n):
+    return "%.0f KB" % (n / 1024) if n is not None else "-"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--src", default=os.environ.get("CIRCUITPY_SRC"), help="CircuitPython source tree")
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--no-bisect", action="store_true", help="skip the smallest-heap search")
+    p.add_argument("--no-costs", action="store_true", help="skip the per-module costs")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    try:
+        binary = build(source_tree(args.src))
+    except Skip as exc:
+        print("device bench skipped: %s" % exc)
+        return 0
+    rc, result, tail = run_firmware(binary, args.seconds)
+    if rc != 0 or result is None or "memory_error" in result:
+        print(tail)
+        raise SystemExit("code.py did not run on CircuitPython's unix port (exit %d)" % rc)
+    figures = {"circuitpython": CIRCUITPYTHON_TAG, "run": result}
+    print("code.py on CircuitPython %s unix port (32-bit, OBJ_REPR_C, single floats), %d s:"
+          % (CIRCUITPYTHON_TAG, args.seconds))
+    print("  heap after build()        %s" % kb(result["after_build"]))
+    print("  heap held while running   %s .. %s" % (kb(result["held_min"]), kb(result["held_max"])))
+    print("  cycles per second         %d" % result["cycles_per_s"])
+    print("  longest watchdog gap      %d ms (worst cycle %d ms)"
+          % (result["watchdog_longest_gap_ms"], result["worst_cycle_ms"]))
+    worst = sorted(result["worst_poll_ms"].items(), key=lambda kv: -kv[1])[:5]
+    print("  longest polls             " + ", ".join("%s %d ms" % kv for kv in worst))
+    print("  traffic                   %d telegrams, HTTP %s, Modbus %d ok/%d bad, MQTT %d connects/%d publishes"
+          % (result["telegrams"], sum(v for k, v in result["http"].items() if k.endswith(" 200")),
+             result["modbus_ok"], result["modbus_bad"], result["mqtt_connects"], result["mqtt_publishes"]))
+    not_ok = {k: v for k, v in result["http"].items() if not k.endswith(" 200")}
+    if not_ok:
+        print("  HTTP not 200              %s" % not_ok)
+    if result["module_errors"]:
+        print("  module errors             %s" % result["module_errors"])
+    if not args.no_bisect:
+        for mpy in (False, True):
+            smallest = smallest_heap(binary, firmware_mpy=mpy)
+            figures["smallest_heap_kb_" + ("mpy" if mpy else "py")] = smallest
+            print("  smallest heap that boots  %s (firmware as %s, libraries .mpy)"
+                  % ("%d KB" % smallest if smallest else "> 1024 KB", ".mpy" if mpy else ".py"))
+    if not args.no_costs:
+        costs = module_costs(binary)
+        figures["module_costs"] = costs
+        figures["shares"] = shares(costs)
+        print("  heap of the modules' own code and tables: %s in all (%d modules)"
+              % (kb(sum(c for _, c in costs)), len(costs)))
+        print("  by part:   " + ", ".join("%s %s" % (k, kb(v)) for k, v in figures["shares"]))
+        print("  largest modules:")
+        for name, cost in costs[:20]:
+            print("    %-45s %s" % (name, kb(cost)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""code.py on CircuitPython's own interpreter (unix port, the S3's number model): it runs, and it boots with the
+smallest heap README.md names. Needs a CircuitPython source tree in CIRCUITPY_SRC (README.md, "Device bench")."""
+
+import os
+import re
+
+import pytest
+
+from bench import bench_device
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def circuitpython():
+    try:
+        return bench_device.build(bench_device.source_tree(os.environ.get("CIRCUITPY_SRC")))
+    except bench_device.Skip as exc:
+        pytest.skip(str(exc))
+
+
+def readme_smallest_heap_kb():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"smallest heap that boots[^|\n]*\|\s*([\d,]+) KB", text)
+    assert m, "README.md names no smallest heap that boots"
+    return int(m.group(1).replace(",", ""))
+
+
+def test_runs_on_circuitpython_with_traffic(circuitpython):
+    rc, result, tail = bench_device.run_firmware(circuitpython, 20)
+    assert rc == 0 and result, tail
+    assert "FAILED" not in result["module_states"].values(), result["module_states"]
+    assert result["module_errors"] == {}, result["module_errors"]
+    bad = {k: v for k, v in result["http"].items() if not k.endswith(" 200")}
+    assert not bad, bad
+    assert result["modbus_ok"] >= 10 and result["modbus_bad"] == 0
+    assert result["mqtt_connects"] == 1 and result["mqtt_publishes"] > 0
+    assert result["telegrams"] >= 19
+
+
+def test_boots_with_the_smallest_heap_the_readme_names(circuitpython):
+    kb = readme_smallest_heap_kb()
+    assert bench_device.boots(circuitpython, kb), "code.py does not boot in %d KB on CircuitPython" % kb
+
+
+def test_a_heap_far_below_does_not_boot(circuitpython):
+    # The check above can fail: 40 % less heap must not pass it.
+    assert not bench_device.boots(circuitpython, readme_smallest_heap_kb() * 6 // 10)
