@@ -7,15 +7,9 @@ import pytest
 import socketpool
 from adafruit_httpserver import GET, POST, Headers, JSONResponse, Route
 
-from services.api.server import (
-    ApiError,
-    HardenedServer,
-    _unquote,
-    ascii_uint,
-    bearer_token,
-    content_length,
-    parse_head,
-)
+from services.api.answers import ApiError
+from services.api.http_parse import ascii_uint, bearer_token, content_length, parse_head, unquote
+from services.api.server import HardenedServer
 from services.api.service import HttpApi
 from services.history.routes import BadRequest, parse_date, parse_days
 from tests.inproc import exchange as raw_exchange, server_port, split_answer
@@ -151,8 +145,8 @@ def test_history_query_numbers_are_ascii_digits_only():
 
 
 def test_percent_decoding_takes_hex_digits_only():
-    assert _unquote("a%20b+c") == "a b c" and _unquote("%E2%82%ac") == "\u20ac"
-    assert _unquote("%+1") == "% 1" and _unquote("%-1x") == "%-1x"  # int(" 1", 16) would have made a \x01
+    assert unquote("a%20b+c") == "a b c" and unquote("%E2%82%ac") == "\u20ac"
+    assert unquote("%+1") == "% 1" and unquote("%-1x") == "%-1x"  # int(" 1", 16) would have made a \x01
 
 
 def test_bearer_token_parsing():

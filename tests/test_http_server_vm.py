@@ -80,7 +80,8 @@ class FakePool:
         return [(2, 1, 0, "", (host, port))]
 
 from adafruit_httpserver import GET, POST, JSONResponse, ChunkedResponse, Route
-from services.api.server import HardenedServer, query, read_json
+from services.api.answers import query, read_json
+from services.api.server import HardenedServer
 
 T = [1000]
 def hi(request):

@@ -4,7 +4,7 @@ from adafruit_httpserver import POST, JSONResponse, Route
 from adafruit_ticks import ticks_ms
 
 from services.api.auth import PENDING_MS, TokenError
-from services.api.server import ApiError, read_json
+from services.api.answers import ApiError, read_json
 
 
 def routes(app, ticks=ticks_ms):

@@ -3,7 +3,7 @@
 from adafruit_httpserver import GET, POST, JSONResponse, Route
 
 from core.settings import SCHEMA, SECRETS, restart_needed
-from services.api.server import ApiError, read_json
+from services.api.answers import ApiError, read_json
 
 
 def _echo(patch, doc, prefix=""):

@@ -9,7 +9,9 @@ from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
-from services.api.server import HardenedServer, bearer_token, error_response
+from services.api.answers import error_response
+from services.api.http_parse import bearer_token
+from services.api.server import HardenedServer
 
 ALIVE_PATH = "/api/v1/system/alive"
 # The page's own 429 (both languages: the page cannot know the user's yet); it reloads itself after Retry-After.

@@ -2,7 +2,7 @@
 
 from adafruit_httpserver import DELETE, POST, JSONResponse, Route
 
-from services.api.server import ApiError, read_json
+from services.api.answers import ApiError, read_json
 from services.cloud.pairing import Pairing, valid_token
 
 

@@ -9,7 +9,7 @@ from core.elapsed import fresh
 from core.tz import days_from_civil, is_leap, to_civil
 from meter import obis
 from meter.decimal import to_str
-from services.api.server import ascii_uint
+from services.api.http_parse import ascii_uint
 
 MAX_DAYS = 366        # lowRes days: one leap year, the retention of the LowRes ring
 _MDAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)

@@ -5,7 +5,7 @@ import json
 
 from adafruit_httpserver import POST, Response, Route
 
-from services.api.server import ApiError, read_json, status
+from services.api.answers import ApiError, read_json, status
 
 JOIN_PATH = "/api/v1/wifi/join"
 PROFILES = ("primary", "secondary")

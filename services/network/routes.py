@@ -3,7 +3,7 @@ page (a 302 to http://192.168.4.1/), so the system's "sign in to network" sheet 
 
 from adafruit_httpserver import GET, Redirect, Route
 
-from services.api.server import ApiError
+from services.api.answers import ApiError
 
 # Android, Apple, Windows, Firefox, Chrome OS: what each fetches over the DNS answers of services/network/captive_dns.
 PROBES = ("/generate_204", "/gen_204", "/hotspot-detect.html", "/library/test/success.html", "/connecttest.txt",

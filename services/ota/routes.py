@@ -4,7 +4,8 @@ POST /ota/upload?offset=N takes a release archive piece by piece (docs/ota.md)."
 from adafruit_httpserver import GET, POST, JSONResponse, Route
 
 from core.version import VERSION
-from services.api.server import ApiError, ascii_uint, query, status
+from services.api.answers import ApiError, query, status
+from services.api.http_parse import ascii_uint
 
 
 def routes(app):

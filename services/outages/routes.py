@@ -4,7 +4,7 @@ import json
 
 from adafruit_httpserver import GET, Response, Route
 
-from services.api.server import ApiError
+from services.api.answers import ApiError
 from services.outages.journal import REASONS
 
 PATH = "/api/v1/system/outages"

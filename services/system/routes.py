@@ -8,7 +8,7 @@ from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Respon
 from core.version import VERSION
 from drivers.radio import AP_IP, ap_ssid
 from meter.decimal import Exact
-from services.api.server import ApiError, query
+from services.api.answers import ApiError, query
 
 _LED_MODE = {"solid": "solid", "dimmed": "dimmed", "pulsing": "pulse"}  # aio-wattwaechter's LedMode names
 
@@ -125,6 +125,8 @@ def routes(app):
                      _entry("device_name", app.settings.get("device_name", ""))]),
             ("settings", [_entry("load_errors", app.settings.load_errors), _entry("damaged", app.settings.damaged),
                           _entry("auth_required", bool(app.settings.get("api_auth_required", False)))]),
+            # Features that are not running and why (e.g. out of memory at start); empty when all run.
+            ("features_off", [_entry(name, why) for name, why in sorted(getattr(app, "features_off", {}).items())]),
             ("heap", heap),
             ("meter", meter),
             ("clock", clock),

@@ -1,0 +1,64 @@
+"""What route handlers answer with and read their input through: JSON errors, status lines, JSON bodies, queries."""
+
+import json
+
+from adafruit_httpserver import JSONResponse
+
+
+class ApiError(Exception):
+    """Raised by handlers (and the server) for a JSON error answer: status, message, optional fields and headers."""
+
+    def __init__(self, status, message, fields=None, headers=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields
+        self.headers = headers
+
+
+_REASONS = {
+    200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
+    422: "Unprocessable Entity", 431: "Request Header Fields Too Large", 429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def status(code):
+    """(code, reason) as adafruit_httpserver responses take it."""
+    return (code, _REASONS.get(code, "Error"))
+
+
+def error_response(request, code, message, fields=None, headers=None):
+    """The uniform JSON error answer {"error": message[, "fields": {...}]}."""
+    body = {"error": message}
+    if fields:
+        body["fields"] = fields
+    return JSONResponse(request, body, status=status(code), headers=headers)
+
+
+def read_json(request, required=True):
+    """The JSON object of a request body; ApiError 400 for a wrong Content-Type, bad JSON or a non-object."""
+    body = request.body
+    if not body:
+        if required:
+            raise ApiError(400, "Request body must be a JSON object")
+        return None
+    ctype = request.headers.get_directive("Content-Type")
+    if ctype is None or ctype.lower() != "application/json":
+        raise ApiError(400, "Content-Type must be application/json")
+    try:
+        data = json.loads(body)
+    except Exception:  # ValueError, UnicodeError, or a recursion error from deep nesting (RuntimeError on the device)
+        raise ApiError(400, "Malformed JSON")
+    if not isinstance(data, dict):
+        raise ApiError(400, "Request body must be a JSON object")
+    return data
+
+
+def query(request, name):
+    """A query value, percent-decoded, or None (no HTML escaping, no warning print)."""
+    values = request.query_params._storage.get(name)
+    return values[0] if values else None
