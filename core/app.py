@@ -24,6 +24,22 @@ class App:
         self.mdns = None        # services.network.mdns_service.MdnsAdvertiser
         self.captive_dns = None  # services.network.captive_dns.CaptiveDns
         self.improv = None      # services.network.provisioning.ImprovProvisioning (None without BLE)
+        self.http = None        # services.api.service.HttpApi
+        self.auth = None        # services.api.auth.Tokens
+        self.flash_log = None
+        self.ota = None
+        self.outages = None
+        self.cloud = None
+        self.cloud_pairing = None
+        self.heap_largest = None  # callable: the largest free block (espidf), or None
+        # What the features' wiring entries (services/*/wiring.py) share while code.py builds them:
+        self.pool = None        # socketpool.SocketPool
+        self.routes = []        # route modules: each has routes(app) -> [Route]; the HTTP server starts with them
+        self.flushables = []    # services that buffer writes to the flash (flush() on reboot, button, reset)
+        self.env = None         # env(name, default): a settings.toml value
+        self.pin = None         # pin(name): a board pin by its name
+        self.http_port = 80
+        self.features_off = {}  # feature name -> why it is not running (e.g. out of memory at start)
         self.device_id = ""     # last 12 hex digits of the MAC
         self.mem_free = None    # callable: free heap bytes (gc.mem_free)
         self.boot_ticks = 0

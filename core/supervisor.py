@@ -24,6 +24,7 @@ class _Slot:
         self.slow_polls = 0
         self.ok_since = None
         self.essential = False   # never given up (the HTTP API: the way a user repairs the device)
+        self.last = False        # kept at the end of the poll order
 
 
 class Supervisor:
@@ -47,17 +48,26 @@ class Supervisor:
         self.worst_cycle_ms = 0
         self.running = False
 
-    def add(self, module, essential=False):
+    def add(self, module, essential=False, last=False):
         """Register a module; it is started on the first cycle. An essential one is never given up: past the
-        restart cap it keeps retrying, backing off to essential_backoff_max_ms."""
+        restart cap it keeps retrying, backing off to essential_backoff_max_ms. A last one stays at the end of the
+        poll order while others are added (the HTTP API: its answers see what this cycle's modules produced)."""
         slot = _Slot(module)
         slot.essential = essential
-        self._slots.append(slot)
+        slot.last = last
+        at = len(self._slots)
+        while at > 0 and self._slots[at - 1].last and not last:
+            at -= 1
+        self._slots.insert(at, slot)
         return module
 
     def modules(self):
         """The registered modules in poll order."""
         return [s.module for s in self._slots]
+
+    def forget(self, modules):
+        """Unregister modules (a feature whose wiring failed half-way: nothing half-wired is polled)."""
+        self._slots = [s for s in self._slots if s.module not in modules]
 
     def _note(self, level, msg, *args):
         if self._log is not None:

@@ -1,0 +1,12 @@
+"""The clock feature: NTP and the time zone, setting the RTC after each sync."""
+
+import rtc
+
+from core.clock import Clock
+
+
+def wire(app):
+    """Register the clock (the host runtime's NTP stand-in replaces the public servers and their backups)."""
+    ntp = app.env("METERPLUS_NTP_OVERRIDE", None)
+    app.clock = app.supervisor.add(Clock(app.pool, app.settings, bus=app.bus, rtc=rtc.RTC(), server=ntp,
+                                         backups=() if ntp else None))

@@ -1,0 +1,126 @@
+"""code.py as a table of features (issue 19 points 2 and 4): a feature that runs out of memory at start stays off
+(logged, in /system/info) while the rest runs; modules that are only needed for a while are let go after."""
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from core.modules import unload
+from core.supervisor import Supervisor
+from tests.hostproc import HostProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP_ENTRIES = ("code.py", "boot.py", "core", "drivers", "meter", "services", "web")
+
+
+class _Mod:
+    def __init__(self, name):
+        self.name = name
+        self.state = "OK"
+        self.polls = []
+
+    def start(self):
+        pass
+
+    def poll(self, now):
+        self.polls.append(now)
+
+    def stop(self):
+        pass
+
+
+def test_a_last_module_stays_at_the_end_of_the_poll_order():
+    sup = Supervisor(lambda: 0)
+    a = sup.add(_Mod("a"))
+    http = sup.add(_Mod("http"), essential=True, last=True)
+    b = sup.add(_Mod("b"))
+    c = sup.add(_Mod("c"))
+    assert [m.name for m in sup.modules()] == ["a", "b", "c", "http"]
+    sup.forget([b, c])
+    assert sup.modules() == [a, http]
+    sup.step()
+    assert a.polls and http.polls and not b.polls
+
+
+def test_unload_drops_a_module_and_its_children_and_lets_them_be_imported_again():
+    import services.ota.manifest as first  # noqa: F401
+
+    assert "services.ota.manifest" in sys.modules
+    assert unload("services.ota.manifest") == 1
+    assert "services.ota.manifest" not in sys.modules
+    assert not hasattr(sys.modules["services.ota"], "manifest")
+    import services.ota.manifest as again
+
+    assert again is not first and again.MAX_FILES == first.MAX_FILES   # imported afresh
+
+
+def test_unload_in_the_micropython_vm():
+    from tools.mpvm import MicroVM
+
+    out = MicroVM().run("""
+import sys
+from core.modules import unload
+import core.tz
+print("in", "core.tz" in sys.modules, hasattr(sys.modules["core"], "tz"))
+print("n", unload("core.tz"))
+print("out", "core.tz" in sys.modules, hasattr(sys.modules["core"], "tz"))
+import core.tz
+print("again", core.tz.is_leap(2024))
+""")[0]
+    assert "in True True" in out and "n 1" in out and "out False False" in out and "again True" in out
+
+
+def _drive_with_app(tmp_path):
+    drive = tmp_path / "drive"
+    drive.mkdir()
+    for entry in APP_ENTRIES:
+        src = os.path.join(ROOT, entry)
+        if os.path.isdir(src):
+            shutil.copytree(src, drive / entry, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy(src, drive / entry)
+    return drive
+
+
+def _info(h):
+    return h.get("/api/v1/system/info")[1]
+
+
+@pytest.mark.slow
+def test_a_feature_out_of_memory_at_start_stays_off_and_the_rest_runs(tmp_path):
+    drive = _drive_with_app(tmp_path)
+    # MQTT cannot even import its wiring; history runs out of memory half-way (its module already registered).
+    (drive / "services" / "mqtt" / "wiring.py").write_text(
+        'raise MemoryError("memory allocation failed, allocating 2048 bytes")\n')
+    (drive / "services" / "history" / "wiring.py").write_text(
+        "from services.history.service import History\n"
+        "from services.history.store import HistoryStore\n\n\n"
+        "def wire(app):\n"
+        "    app.supervisor.add(History(app.bus, app.clock, app.settings, HistoryStore('history/history.bin'),"
+        " log=app.log))\n"
+        "    raise MemoryError('memory allocation failed, allocating 4096 bytes')\n")
+    h = HostProcess(drive, args=["--app-on-drive"]).start()
+    try:
+        info = h.wait_for(lambda: (lambda i: i["meter"] and i)(_info(h)))
+        off = {e["name"]: e["value"] for e in info["features_off"]}
+        assert off == {"history": "out of memory at start", "mqtt": "out of memory at start"}
+        states = {e["name"] for e in info["supervisor"]}
+        assert "history.state" not in states and "mqtt.state" not in states   # nothing half-wired is polled
+        assert "modbus.state" in states and "meter.state" in states and "ota.state" in states
+        assert h.get("/api/v1/history/latest")[0] == 404          # its routes never joined
+        assert h.get("/api/v1/system/alive")[0] == 200
+        assert "mqtt off: out of memory at start" in h.log() and "history off: out of memory at start" in h.log()
+        assert h.log().count("Meter Plus up") == 1                 # no restart loop
+    finally:
+        h.stop()
+
+
+def test_all_features_on_report_nothing_off():
+    import json
+
+    from services.system.routes import info_json
+
+    doc = json.loads(info_json([("features_off", [])]))
+    assert doc == {"features_off": []}
