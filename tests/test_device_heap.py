@@ -37,6 +37,8 @@ def test_runs_on_circuitpython_with_traffic(circuitpython):
     assert result["modbus_ok"] >= 10 and result["modbus_bad"] == 0
     assert result["mqtt_connects"] == 1 and result["mqtt_publishes"] > 0
     assert result["telegrams"] >= 19
+    assert result["features_off"] == {}
+    assert result["loaded"] == []   # no BLE window open, no update work: neither adafruit_ble nor the OTA parts
 
 
 def test_boots_with_the_smallest_heap_the_readme_names(circuitpython):

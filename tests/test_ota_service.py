@@ -73,6 +73,7 @@ def env(tmp_path, monkeypatch):
                            restart=lambda reason: calls.append(("restart", os.path.exists("ota/journal"))),
                            log=None)
     s.first_check_ms = 0
+    s.keep_parts = True   # HttpGet.stall_ms above must stay on the class the service uses
     e = types.SimpleNamespace(svc=s, server=server, pub=str(pub), drive=str(drive), manifest=manifest, calls=calls,
                               led=led, now=WRAP - 3000, before=tree(str(drive)))
     yield e

@@ -205,6 +205,7 @@ def test_changing_ota_url_drops_the_old_offer_and_checks_the_new_server_at_once(
 def test_a_trickling_server_cannot_hold_a_check(env):
     env.server.faults["manifest.json"] = "trickle"
     HttpGet.total_ms = 5000
+    env.svc.keep_parts = True   # the patched class must stay the one the service uses
     try:
         env.svc.start()
         run(env, lambda: env.svc.last_error, limit_s=60)
@@ -232,3 +233,31 @@ def test_health_names_the_version_that_runs(env):
     run(env, lambda: s.phase == "idle" and s.trial is None)
     assert "0.1.0 proved healthy" in log.text() and "1.0.0 proved healthy" not in log.text()
     assert s.message.startswith("Updated from 0.0.9 to 0.1.0") and "announced as 1.0.0" in s.message
+
+
+# ------------------------------------------------------------------ the parts are let go while idle (issue 19)
+
+def test_the_check_code_is_let_go_while_idle_and_an_install_loads_it_again(env):
+    import sys
+
+    env.svc.keep_parts = False
+    checked(env)
+    assert env.svc.available["version"] == "0.2.0"
+    run(env, lambda: "services.ota.signature" not in sys.modules)       # idle: the next poll lets it go
+    assert env.svc.counters.get("parts_released") and svc_mod.mf is None
+    assert not any(n in sys.modules for n in svc_mod.PARTS)
+    answer = env.svc.start_update()                                      # the offer survives without the code
+    assert answer["ok"] is True, answer
+    run(env, lambda: env.calls and env.calls[-1][0] == "restart")        # staged, verified, journal written
+    assert json.loads(open("ota/journal").read())["to"] == "0.2.0"
+
+
+def test_an_upload_after_the_parts_were_let_go_loads_them_again(env):
+    import sys
+
+    env.svc.keep_parts = False
+    checked(env)
+    run(env, lambda: "services.ota.upload" not in sys.modules)
+    status, answer = env.svc.upload_piece(0, b"not a tar archive at all" + bytes(1000))
+    assert status == 400 and answer["ok"] is False                      # refused by the freshly loaded code
+    run(env, lambda: "services.ota.upload" not in sys.modules)          # and let go again

@@ -274,6 +274,10 @@ def main():
         "mqtt_connects": broker.connects, "mqtt_publishes": broker.publishes,
         "modbus_ok": modbus.ok, "modbus_bad": modbus.bad,
         "sockets_open": socketpool.open_count(),
+        # Parts that load only while in use (services/network/ble_on_demand.py, services/ota/service.py).
+        "loaded": sorted(n for n in ("adafruit_ble", "drivers.ble_provision", "services.ota.signature",
+                                     "services.ota.http_get", "services.ota.upload") if n in sys.modules),
+        "features_off": app.features_off,
         "log": log_lines(app)[-30:],
     })
     sup.stop_all()

@@ -2,7 +2,7 @@
 
 from core.durable_file import remove_all
 from core.json_store import read_json_file, write_atomic
-from services.ota.stream import hex_digest, new_sha256
+from core.sha256 import hex_digest, new_sha256
 
 PREFIX = b"meterplus-pair:"   # domain separation: the cloud computes the same from the token it issued
 

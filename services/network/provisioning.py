@@ -119,6 +119,11 @@ class ImprovProvisioning(Module):
         d = Module.describe(self)
         d["window_open"] = self.window_since is not None
         d["improv_state"] = self.improv_state
+        loaded = getattr(self._t, "loaded", None)   # services/network/ble_on_demand.py: BLE built on demand
+        if loaded is not None:
+            d["ble_loaded"] = loaded
+            if self._t.failed:
+                d["ble_failed"] = self._t.failed
         return d
 
     # --- window and authorization ---

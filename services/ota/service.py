@@ -1,4 +1,9 @@
-"""Updates over the network: check a manifest, stage verified files, hand the switch to boot.py, prove health."""
+"""Updates over the network: check a manifest, stage verified files, hand the switch to boot.py, prove health.
+
+Longer than the ~600-line rule on purpose: check, install, upload and trial are one state machine (one phase,
+one 4 KB buffer, one journal) whose steps must exclude each other; split into classes they would share all of
+that state. The work itself lives in the parts loaded on demand (manifest, signature, http_get, stream, upload).
+"""
 
 import json
 import os
@@ -7,12 +12,34 @@ from adafruit_ticks import ticks_add, ticks_diff, ticks_less
 
 from core.files import exists, remove_quiet
 from core.module import OK, WARN, Module
+from core.modules import unload
 from core.url import resolve
-from services.ota import manifest as mf
-from services.ota import signature as sg
-from services.ota.http_get import HttpGet
-from services.ota.stream import DownloadError, FileHasher, HashingWriter, MemorySink
-from services.ota.upload import MANIFEST, SIGNATURE, ArchiveError, ArchiveReader, Collect, Staged, Upload
+
+# The parts a check, an install or an upload needs (about 25 KB of heap on CircuitPython, `make bench-device`):
+# load_parts() imports them when work starts (an explicit import: one inside __getattr__ overflows small C stacks),
+# release_parts() lets them go when the service is idle again.
+mf = sg = hg = st = upl = None
+PARTS = ("services.ota.manifest", "services.ota.signature", "services.ota.ed25519", "services.ota.http_get",
+         "services.ota.stream", "services.ota.upload")   # let go together: they import each other
+
+
+def load_parts():
+    """Import the check/install/upload code (once until released)."""
+    global mf, sg, hg, st, upl
+    if mf is None:
+        from services.ota import http_get, manifest, signature, stream, upload
+
+        mf, sg, hg, st, upl = manifest, signature, http_get, stream, upload
+
+
+def release_parts():
+    """Let the check/install/upload code go; True when it was loaded."""
+    global mf, sg, hg, st, upl
+    if mf is None:
+        return False
+    mf = sg = hg = st = upl = None
+    unload(*PARTS)
+    return True
 
 # The journal format is boot.py's (the anchor that performs the switch); docs/ota.md.
 JOURNAL = "ota/journal"
@@ -26,12 +53,19 @@ IDLE = "idle"
 CHECKING = "checking"
 VERIFYING = "verifying"
 UPLOADING = "uploading"
-# The largest archive: manifest, signature and every file with its tar header and padding.
-MAX_UPLOAD_BYTES = mf.MAX_MANIFEST_BYTES + mf.MAX_TOTAL_BYTES + 1024 * (mf.MAX_FILES + 3)
+# The largest archive (None: manifest, signature and every file with its tar header and padding; max_upload_bytes).
+MAX_UPLOAD_BYTES = None
 PLANNING = "planning"
 DOWNLOADING = "downloading"
 RESTARTING = "restarting"
 TRIAL = "trial"
+
+
+def max_upload_bytes():
+    """The largest archive accepted: manifest, signature and every file with its tar header and padding."""
+    if MAX_UPLOAD_BYTES is not None:
+        return MAX_UPLOAD_BYTES
+    return mf.MAX_MANIFEST_BYTES + mf.MAX_TOTAL_BYTES + 1024 * (mf.MAX_FILES + 3)
 
 
 def _read_json(path):
@@ -149,10 +183,12 @@ class OtaService(Module):
         self._night_day = None
         self._night_min = None
         self._now = 0
+        self.keep_parts = False     # True keeps the parts loaded while idle (a test that tunes their classes)
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self):
+        load_parts()   # the floor's version check; let go at the first idle poll
         self.bad = _read_json(BAD) or []
         floor = _read_json(FLOOR)
         if floor is None:
@@ -294,6 +330,8 @@ class OtaService(Module):
 
     def poll(self, now_ms):
         self._now = now_ms
+        if self.phase != IDLE or self._upload is not None:
+            load_parts()
         if self._cleanup:
             self._cleanup_step()
             return
@@ -315,6 +353,16 @@ class OtaService(Module):
             self._download_step(now_ms)
         elif self.phase == IDLE:
             self._schedule(now_ms)
+            if self.phase == IDLE and self._req is None and self._upload is None and not self.keep_parts:
+                self._release_parts()
+
+    def _release_parts(self):
+        """Let the check/install/upload code go while nothing uses it (the next check imports it again)."""
+        self._keys = None
+        self._sink = self._sig_sink = None
+        self._writer = self._hasher = None
+        if release_parts():
+            self.count("parts_released")
 
     def _schedule(self, now):
         if self._checked_at is None and self._check_at is None:
@@ -361,14 +409,15 @@ class OtaService(Module):
             self.message = "No update server configured (ota.url is the placeholder %s)" % url
             return
         self._source = url
+        load_parts()
         try:
             self._keys = sg.load_keys()
         except sg.SignatureProblem as exc:   # fail closed: without a trusted key nothing can be installed
             self._failed(now, "signature", "update check: %s" % exc)
             return
-        self._sink = MemorySink(mf.MAX_MANIFEST_BYTES)
+        self._sink = st.MemorySink(mf.MAX_MANIFEST_BYTES)
         self._sig_sink = None
-        self._req = HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
+        self._req = hg.HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
         self.phase = CHECKING
 
     def _check_step(self, now):
@@ -393,8 +442,8 @@ class OtaService(Module):
             return
         if self._sig_sink is None:
             self._manifest_data = bytes(self._sink.data)
-            self._sink = self._sig_sink = MemorySink(256)
-            self._req = HttpGet(self._pool, _sig_url(self._source), self._sig_sink, self._buf, self._ssl_factory)
+            self._sink = self._sig_sink = st.MemorySink(256)
+            self._req = hg.HttpGet(self._pool, _sig_url(self._source), self._sig_sink, self._buf, self._ssl_factory)
             self.phase = CHECKING
             return
         data = self._sig_sink.data
@@ -523,7 +572,7 @@ class OtaService(Module):
                 if not self._plan:
                     self._plan_done(now)
                     return
-                self._hasher = FileHasher(self._plan[0][0], self._buf)
+                self._hasher = st.FileHasher(self._plan[0][0], self._buf)
             if self._hasher.step():
                 path, size, sha = self._plan.pop(0)
                 h = self._hasher
@@ -572,9 +621,9 @@ class OtaService(Module):
                 reason = "drive_full" if exc.args and exc.args[0] == 28 else "drive"
                 self._failed(now, reason, "cannot stage %s: %s" % (path, exc))
                 return
-            self._writer = HashingWriter(f, size, sha, path)
+            self._writer = st.HashingWriter(f, size, sha, path)
             url = resolve(self.available["source"], self.available["base"] + path)
-            self._req = HttpGet(self._pool, url, self._writer, self._buf, self._ssl_factory)
+            self._req = hg.HttpGet(self._pool, url, self._writer, self._buf, self._ssl_factory)
             self._req_base = self.progress[0]
         req = self._req
         running = req.poll(now)
@@ -691,6 +740,7 @@ class OtaService(Module):
         """One piece of an uploaded release archive at byte offset; offset 0 starts a new upload. Returns (HTTP
         status, answer): 200 taken (received says how much of the archive the device has), 409 send again from
         received (offset mismatch, busy, verifying), 400 refused (the upload is dropped, nothing stays staged)."""
+        load_parts()
         up = self._upload
         if offset == 0:
             if up is not None:
@@ -703,8 +753,8 @@ class OtaService(Module):
             except sg.SignatureProblem as exc:
                 return 400, self._upload_answer(False, 0, "Upload refused: %s" % exc, "signature")
             self._upload_refusal = None
-            up = self._upload = Upload(self._now, keys)
-            up.reader = ArchiveReader(self._upload_member, self._upload_end, lambda: up.verifying or up.complete)
+            up = self._upload = upl.Upload(self._now, keys)
+            up.reader = upl.ArchiveReader(self._upload_member, self._upload_end, lambda: up.verifying or up.complete)
             self.phase = UPLOADING
             self.progress = [0, 0]
             self.message = "Receiving an uploaded release"
@@ -717,14 +767,15 @@ class OtaService(Module):
             return 409, self._upload_answer(False, 0, "No upload in progress: start at offset 0")
         if offset != up.received:
             return 409, self._upload_answer(False, up.received, "Expected offset %d" % up.received)
-        if up.received + len(data) > MAX_UPLOAD_BYTES:
-            return self._upload_fail("oversized", "the archive is larger than %d bytes" % MAX_UPLOAD_BYTES)
+        limit = max_upload_bytes()
+        if up.received + len(data) > limit:
+            return self._upload_fail("oversized", "the archive is larger than %d bytes" % limit)
         up.last = self._now
         try:
             took = up.reader.feed(data)
-        except ArchiveError as exc:
+        except upl.ArchiveError as exc:
             return self._upload_fail("archive", str(exc))
-        except DownloadError as exc:
+        except st.DownloadError as exc:
             return self._upload_fail(exc.reason, exc.message)
         except sg.SignatureProblem as exc:
             return self._upload_fail("signature", "%s" % exc)
@@ -787,27 +838,27 @@ class OtaService(Module):
     def _upload_member(self, name, size):
         up = self._upload
         if up.manifest_data is None:
-            if name != MANIFEST:
-                raise ArchiveError("the archive must start with %s (found %s)" % (MANIFEST, name))
+            if name != upl.MANIFEST:
+                raise upl.ArchiveError("the archive must start with %s (found %s)" % (upl.MANIFEST, name))
             if size > mf.MAX_MANIFEST_BYTES:
-                raise DownloadError("oversized", "manifest larger than %d bytes" % mf.MAX_MANIFEST_BYTES)
-            return Collect(mf.MAX_MANIFEST_BYTES, MANIFEST, self._upload_got_manifest)
+                raise st.DownloadError("oversized", "manifest larger than %d bytes" % mf.MAX_MANIFEST_BYTES)
+            return upl.Collect(mf.MAX_MANIFEST_BYTES, upl.MANIFEST, self._upload_got_manifest)
         if up.manifest is None:
-            if name != SIGNATURE:
+            if name != upl.SIGNATURE:
                 raise sg.SignatureProblem("the archive has no signature (%s must follow %s, found %s): only "
-                                          "signed releases are installed" % (SIGNATURE, MANIFEST, name))
-            return Collect(256, SIGNATURE, self._upload_got_signature)
+                                          "signed releases are installed" % (upl.SIGNATURE, upl.MANIFEST, name))
+            return upl.Collect(256, upl.SIGNATURE, self._upload_got_signature)
         if name not in up.files:
-            raise ArchiveError("%s is not in the manifest" % name)
+            raise upl.ArchiveError("%s is not in the manifest" % name)
         if name in up.staged:
-            raise ArchiveError("%s is in the archive twice" % name)
+            raise upl.ArchiveError("%s is in the archive twice" % name)
         want, sha = up.files[name]
         if size != want:
-            raise DownloadError("oversized" if size > want else "truncated",
+            raise st.DownloadError("oversized" if size > want else "truncated",
                                 "%s: %d bytes in the archive, the manifest says %d" % (name, size, want))
         path = STAGE + name
         _makedirs(path)
-        return Staged(HashingWriter(open(path, "wb"), size, sha, name), name, up.staged.append)
+        return upl.Staged(st.HashingWriter(open(path, "wb"), size, sha, name), name, up.staged.append)
 
     def _upload_got_manifest(self, data):
         self._upload.manifest_data = data
@@ -822,10 +873,10 @@ class OtaService(Module):
     def _upload_end(self):
         up = self._upload
         if up.manifest is None:
-            raise ArchiveError("the archive ended before the manifest and its signature")
+            raise upl.ArchiveError("the archive ended before the manifest and its signature")
         missing = [p for p in up.files if p not in up.staged]
         if missing:
-            raise ArchiveError("%d files of %s missing, e.g. %s" % (len(missing), up.manifest["version"],
+            raise upl.ArchiveError("%d files of %s missing, e.g. %s" % (len(missing), up.manifest["version"],
                                                                    sorted(missing)[0]))
         up.complete = True
 

@@ -5,7 +5,7 @@ import binascii
 
 from services.ota.ed25519 import Verifier
 from services.ota.manifest import KEYS_FILE
-from services.ota.stream import new_sha256
+from core.sha256 import new_sha256
 
 # What a release key signs: this prefix and the SHA-256 of the exact manifest bytes (38 bytes). Signing the digest
 # keeps SHA-512, which CircuitPython lacks and which runs in pure Python here, to one block.

@@ -1,7 +1,6 @@
 """SHA-256 and size checked while bytes stream to a file (never a whole file in RAM); hashing a file in slices."""
 
-import binascii
-import hashlib
+from core.sha256 import hex_digest, new_sha256  # noqa: F401  (hex_digest: callers import it from here too)
 
 
 class DownloadError(Exception):
@@ -12,17 +11,6 @@ class DownloadError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-def new_sha256():
-    """A SHA-256 object: hashlib.new on CircuitPython, hashlib.sha256 in MicroPython (the test VM)."""
-    new = getattr(hashlib, "new", None)
-    return new("sha256") if new is not None else hashlib.sha256()  # type: ignore[attr-defined]
-
-
-def hex_digest(h):
-    """Lower-case hex of a hashlib object's digest (CircuitPython has no hexdigest())."""
-    return binascii.hexlify(h.digest()).decode()
 
 
 class HashingWriter:
