@@ -231,6 +231,8 @@ def _imports(path, known):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module] + [node.module + "." + a.name for a in node.names]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
+            names = [node.value]   # a module named in a table: code.py's FEATURES, the OTA service's PARTS
         for name in names:
             while name and name not in known:
                 name = name.rpartition(".")[0]
