@@ -95,6 +95,60 @@ def build(src, log=print):
     return binary
 
 
+FROZEN_PACKAGES = ("core", "drivers", "meter", "services")
+
+
+def build_frozen(src, binary, log=print):
+    """An interpreter with the firmware and the device libraries frozen in (their code runs from the image, as a
+    CircuitPython build with frozen modules runs it from flash): what the heap holds then is data only."""
+    mods = tempfile.mkdtemp(prefix="meterplus-frozen-")
+    try:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyi", "*.dat")
+        for name in FROZEN_PACKAGES:
+            shutil.copytree(os.path.join(REPO, name), os.path.join(mods, name), ignore=ignore)
+        for name in LIBRARIES:
+            path = library_path(name)
+            if os.path.isdir(path):
+                shutil.copytree(path, os.path.join(mods, name), ignore=ignore)
+            else:
+                shutil.copy(path, mods)
+        h = hashlib.sha256(variant_digest().encode() + binary.encode())
+        for path in sorted(glob.glob(os.path.join(mods, "**", "*.py"), recursive=True)):
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, mods).encode() + f.read())
+        out = os.path.join(CACHE, "cp-unix-frozen-" + h.hexdigest()[:16])
+        frozen_binary = os.path.join(out, "micropython")
+        if os.path.exists(frozen_binary):
+            return frozen_binary
+        log("building the interpreter with the firmware frozen in (into %s) ..." % out)
+        variant = os.path.join(out, "variant")
+        shutil.copytree(VARIANT, variant)
+        shutil.copytree(mods, os.path.join(out, "modules"))
+        with open(os.path.join(out, "manifest.py"), "w") as f:
+            f.write("freeze(%r)\n" % os.path.join(out, "modules"))
+        with open(os.path.join(variant, "mpconfigvariant.mk"), "a") as f:
+            f.write("FROZEN_MANIFEST := %s\n" % os.path.join(out, "manifest.py"))
+        fake_lib = os.path.join(out, "no-micropython-lib")   # the build insists on it; the manifest needs nothing
+        os.makedirs(fake_lib)
+        with open(os.path.join(fake_lib, "README.md"), "w") as f:
+            f.write("unused\n")
+        env = dict(os.environ)
+        env.setdefault("CP_VERSION", CIRCUITPYTHON_TAG)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        cmd = ["make", "-C", os.path.join(src, "ports", "unix"), "VARIANT_DIR=" + variant,
+               "BUILD=" + os.path.join(out, "build"), "MICROPY_MPYCROSS=" + mpy_cross_of(binary),
+               "MPY_LIB_DIR=" + fake_lib, "-j%d" % (os.cpu_count() or 2)]
+        res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        built = os.path.join(out, "build", "micropython")
+        if res.returncode != 0 or not os.path.exists(built):
+            sys.stderr.write(res.stdout[-4000:])
+            raise SystemExit("CircuitPython unix build with frozen modules failed")
+        shutil.copy(built, frozen_binary)
+        return frozen_binary
+    finally:
+        shutil.rmtree(mods, ignore_errors=True)
+
+
 def mpy_cross_of(binary):
     """CircuitPython's mpy-cross built beside the interpreter."""
     return os.path.join(os.path.dirname(binary), "mpy-cross-build", "mpy-cross")
@@ -120,11 +174,13 @@ def library_path(name):
     return spec.origin
 
 
-def stage(binary=None, firmware_mpy=False):
+def stage(binary=None, firmware_mpy=False, frozen=False):
     """A temporary CIRCUITPY drive: the firmware, lib/ with the device libraries, hw/ with the stand-ins.
 
     With binary, the libraries are .mpy files as circup installs them; firmware_mpy compiles the firmware's
-    packages too (code.py and boot.py stay source: CircuitPython runs them as files).
+    packages too (code.py and boot.py stay source: CircuitPython runs them as files). frozen: the packages and
+    libraries are in the interpreter, so the drive holds only code.py, boot.py, settings, web/ and the tz table
+    (where core/tz.py looks for it beside its frozen self).
     """
     root = tempfile.mkdtemp(prefix="meterplus-device-")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -148,6 +204,13 @@ def stage(binary=None, firmware_mpy=False):
     for path in glob.glob(os.path.join(REPO, "bench", "device", "stand_ins", "*.py")):
         shutil.copy(path, hw)
     shutil.copy(os.path.join(REPO, "bench", "device", "runner.py"), root)
+    if frozen:
+        for name in FROZEN_PACKAGES + ("lib",):
+            shutil.rmtree(os.path.join(root, name))
+        os.makedirs(os.path.join(root, "lib"))
+        os.makedirs(os.path.join(root, ".frozen", "core"))
+        shutil.copy(os.path.join(REPO, "core", "tz.dat"), os.path.join(root, ".frozen", "core"))
+        return root
     if binary is not None:
         compile_mpy(binary, os.path.join(root, "lib"))
         if firmware_mpy:
@@ -156,14 +219,14 @@ def stage(binary=None, firmware_mpy=False):
     return root
 
 
-def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False):
+def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False, frozen=False):
     """(exit code, result dict or None, output tail) of one run in a fresh copy of the drive."""
-    root = stage(binary, firmware_mpy)
+    root = stage(binary, firmware_mpy, frozen)
     try:
         cmd = [binary]
         if heap_kb:
             cmd += ["-X", "heapsize=%dk" % heap_kb]
-        cmd += ["runner.py", str(seconds), mode]
+        cmd += ["runner.py", str(seconds), mode] + (["frozen"] if frozen else [])
         res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=seconds + 120)
         result = None
@@ -175,9 +238,9 @@ def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def boots(binary, heap_kb, firmware_mpy=False):
+def boots(binary, heap_kb, firmware_mpy=False, frozen=False):
     """Does the firmware boot in heap_kb: main loop reached, /history/latest answered 200, no module failed."""
-    rc, result, _ = run_firmware(binary, BOOT_SECONDS, "boot", heap_kb, firmware_mpy)
+    rc, result, _ = run_firmware(binary, BOOT_SECONDS, "boot", heap_kb, firmware_mpy, frozen)
     if rc != 0 or not result or "memory_error" in result:
         return False
     if not result["http"].get("/api/v1/history/latest 200"):
@@ -185,13 +248,13 @@ def boots(binary, heap_kb, firmware_mpy=False):
     return "FAILED" not in result["module_states"].values()
 
 
-def smallest_heap(binary, lo=64, hi=1024, step=8, firmware_mpy=False):
+def smallest_heap(binary, lo=64, hi=1024, step=8, firmware_mpy=False, frozen=False):
     """The smallest -X heapsize (KB, to `step`) with which the firmware boots."""
-    if not boots(binary, hi, firmware_mpy):
+    if not boots(binary, hi, firmware_mpy, frozen):
         return None
     while hi - lo > step:
         mid = (lo + hi) // 2
-        if boots(binary, mid, firmware_mpy):
+        if boots(binary, mid, firmware_mpy, frozen):
             hi = mid
         else:
             lo = mid
@@ -312,6 +375,12 @@ def shares(costs):
     return sorted(totals.items(), key=lambda kv: -kv[1])
 
 
+def features_line(result):
+    """The features' heap at start, largest first."""
+    items = sorted(result["feature_heap"].items(), key=lambda kv: -kv[1])
+    return ", ".join("%s %s" % (k, kb(v)) for k, v in items)
+
+
 def kb(n):
     return "%.0f KB" % (n / 1024) if n is not None else "-"
 
@@ -322,6 +391,8 @@ def main(argv=None):
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--no-bisect", action="store_true", help="skip the smallest-heap search")
     p.add_argument("--no-costs", action="store_true", help="skip the per-module costs")
+    p.add_argument("--frozen", action="store_true",
+                   help="also run with the firmware and libraries frozen into the interpreter (code out of the heap)")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     try:
@@ -338,6 +409,7 @@ def main(argv=None):
           % (CIRCUITPYTHON_TAG, args.seconds))
     print("  heap after build()        %s" % kb(result["after_build"]))
     print("  heap held while running   %s .. %s" % (kb(result["held_min"]), kb(result["held_max"])))
+    print("  heap per feature at start " + features_line(result))
     print("  cycles per second         %d" % result["cycles_per_s"])
     print("  longest watchdog gap      %d ms (worst cycle %d ms)"
           % (result["watchdog_longest_gap_ms"], result["worst_cycle_ms"]))
@@ -367,6 +439,22 @@ def main(argv=None):
         print("  largest modules:")
         for name, cost in costs[:20]:
             print("    %-45s %s" % (name, kb(cost)))
+    if args.frozen:
+        frozen = build_frozen(source_tree(args.src), binary)
+        rc, fr, tail = run_firmware(frozen, args.seconds, frozen=True)
+        if rc != 0 or fr is None or "memory_error" in fr:
+            print(tail)
+            raise SystemExit("code.py did not run with the firmware frozen in (exit %d)" % rc)
+        figures["frozen"] = fr
+        print("with the firmware and libraries frozen into the interpreter (their code out of the heap):")
+        print("  heap after build()        %s" % kb(fr["after_build"]))
+        print("  heap held while running   %s .. %s" % (kb(fr["held_min"]), kb(fr["held_max"])))
+        print("  heap per feature at start " + features_line(fr))
+        print("  cycles per second         %d, HTTP %d answered" % (fr["cycles_per_s"], sum(fr["http"].values())))
+        if not args.no_bisect:
+            smallest = smallest_heap(frozen, lo=32, hi=1024, frozen=True)
+            figures["smallest_heap_kb_frozen"] = smallest
+            print("  smallest heap that boots  %s" % ("%d KB" % smallest if smallest else "> 1024 KB"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1, sort_keys=True)

@@ -10,7 +10,9 @@ import gc
 import sys
 import time as _unix_time   # the port's built-in time, before hw/time.py (CircuitPython's time) shadows it
 
-sys.path[:0] = ["hw", ".", "lib"]
+# "frozen": the firmware and libraries are frozen into the interpreter (bench_device.build_frozen); they win
+# over the drive, as frozen modules do on a CircuitPython board.
+sys.path[:0] = ["hw", ".frozen", ".", "lib"] if "frozen" in sys.argv[3:] else ["hw", ".", "lib"]
 
 import time  # noqa: E402
 
@@ -211,6 +213,18 @@ def main():
     base = gc.mem_alloc()
     t0 = _unix_time.ticks_ms()
     exec(source.replace(tail, "\n"), code_globals)   # imports, arms the watchdog, defines build() and run()
+    feature_heap = {}
+    wire_feature = code_globals["wire_feature"]
+
+    def measured_wire_feature(app, name, module_name):
+        """code.py's wire_feature, with the heap each feature holds once wired (code and data)."""
+        gc.collect()
+        before = gc.mem_alloc()
+        wire_feature(app, name, module_name)
+        gc.collect()
+        feature_heap[name] = gc.mem_alloc() - before
+
+    code_globals["wire_feature"] = measured_wire_feature
     app = code_globals["build"]()
     gc.collect()
     result["build_ms"] = _unix_time.ticks_diff(_unix_time.ticks_ms(), t0)
@@ -278,6 +292,7 @@ def main():
         "loaded": sorted(n for n in ("adafruit_ble", "drivers.ble_provision", "services.ota.signature",
                                      "services.ota.http_get", "services.ota.upload") if n in sys.modules),
         "features_off": app.features_off,
+        "feature_heap": feature_heap,
         "log": log_lines(app)[-30:],
     })
     sup.stop_all()
