@@ -17,16 +17,40 @@ const pageOf = () => {
   return PAGES[p] ? p : 'dashboard';
 };
 
+// Keeps Tab and Shift+Tab inside a modal dialog (WAI-ARIA dialog pattern): focus wraps at either end.
+function trapTab(e) {
+  if (e.key !== 'Tab') return;
+  const items = [...e.currentTarget.querySelectorAll('input,button,select,textarea,a[href]')].filter((el) => !el.disabled);
+  if (!items.length) return;
+  const first = items[0];
+  const last = items[items.length - 1];
+  if (e.shiftKey && document.activeElement === first) {
+    e.preventDefault();
+    last.focus();
+  } else if (!e.shiftKey && document.activeElement === last) {
+    e.preventDefault();
+    first.focus();
+  }
+}
+
 function TokenPrompt({ status, onDone }) {
   const [value, setValue] = useState('');
   const input = useRef(null);
-  useEffect(() => input.current && input.current.focus(), []);
+  useEffect(() => {
+    const before = document.activeElement; // focus goes back where it was when the dialog closes
+    if (input.current) input.current.focus();
+    return () => before && before.focus && document.contains(before) && before.focus();
+  }, []);
   const submit = (e) => {
     e.preventDefault();
     setToken(value.trim());
     onDone(true);
   };
-  return html`<div class="overlay" onKeyDown=${(e) => e.key === 'Escape' && onDone(false)}>
+  const keys = (e) => {
+    if (e.key === 'Escape') onDone(false);
+    else trapTab(e);
+  };
+  return html`<div class="overlay" onKeyDown=${keys}>
     <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" onSubmit=${submit}>
       <h2 id="tok-h">${t('tokenTitle')}</h2>
       <p>${status === 403 ? t('tokenWrite') : t('tokenAsk')}</p>
@@ -95,7 +119,14 @@ function App() {
       api('/settings').then(applyDoc, () => {});
     }
   };
-  return html`<a class="skip" href="#main">Skip</a>
+  // The skip link must not change the hash: the router would read "#main" as an unknown page (the dashboard).
+  const skip = (e) => {
+    e.preventDefault();
+    const target = document.querySelector('main h1') || document.getElementById('main');
+    target.tabIndex = -1;
+    target.focus();
+  };
+  return html`<a class="skip" href="#main" onClick=${skip}>${t('skip')}</a>
     <header><span class="brand">${name}</span>
       <nav aria-label="main"><ul>${Object.keys(PAGES).map((p) => html`<li><a href=${'#/' + p}
         aria-current=${p === page ? 'page' : undefined}>${t(p)}</a></li>`)}</ul></nav></header>
