@@ -62,6 +62,7 @@ FEATURES = (
     ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
     ("web", "services.web.wiring"),                # the web interface's files
+    ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
     ("ota", "services.ota.wiring"),                # signed updates
     ("outages", "services.outages.wiring"),        # when the device went down and why
     ("cloud", "services.cloud.wiring"),            # optional cloud upload

@@ -14,6 +14,7 @@ from services.api.http_parse import bearer_token
 from services.api.server import HardenedServer
 
 ALIVE_PATH = "/api/v1/system/alive"
+METRICS_PATH = "/metrics"   # services/metrics: outside /api/ as Prometheus expects, but an API request
 # The page's own 429 (both languages: the page cannot know the user's yet); it reloads itself after Retry-After.
 PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">'
             '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus</title></head>'
@@ -31,6 +32,7 @@ AUTH_TABLE = (
     ("/api/v1/modbus/", "GET", READ),
     ("/api/", "GET", READ),
     ("/api/", None, WRITE),
+    (METRICS_PATH, "GET", READ),
     ("/", "GET", OPEN),   # outside /api/ only the web interface's static files: the page asks for the token itself
 )
 
@@ -219,7 +221,7 @@ class HttpApi(Module):
             return error_response(request, 403, "Cross-site request refused (%s): changes are accepted from the "
                                                 "device's own web page or from clients that are not browsers" % refused)
         now = self._ticks()
-        if request.method in ("GET", "HEAD") and not request.path.startswith("/api/"):
+        if request.method in ("GET", "HEAD") and not request.path.startswith("/api/") and request.path != METRICS_PATH:
             # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
             # other client spend; it has a budget of its own, and its refusal is a page, not raw JSON.
             if not self.page_limiter.allow(now):
