@@ -737,7 +737,7 @@ def test_restart_button_restarts_the_device(browser, plain):
     asked = []
     page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.get_by_role("button", name="Jetzt neu starten").click()
-    page.get_by_text("Startet neu").wait_for()
+    page.locator("[data-test=restart-wait]").wait_for()          # the waiting view (tests/test_web_restart_backup.py)
     assert asked == ["Gerät jetzt neu starten?"]
 
     def restarted():

@@ -1,7 +1,7 @@
 // Settings: every key of the settings document in sections; the rules checked here first, the device's 400 fields
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
 import { useEffect, useState } from 'preact/hooks';
-import { ApiError, api } from './api.js';
+import { ApiError, api, download } from './api.js';
 import { fieldLabel, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
 import { Msg, errText, getPath, html } from './ui.js';
@@ -198,18 +198,111 @@ function JoinBox({ profile, vals, onSaved }) {
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
+// After a restart was accepted: a waiting view that asks /system/alive every 4 s (open, no token; 2.5 requests per
+// 10 s) from 3 s on, and reloads the page once the device answers again; after 2 minutes it says so.
+export function RestartWait() {
+  const [secs, setSecs] = useState(0);
+  useEffect(() => {
+    const t0 = Date.now();
+    let stop = false;
+    const tick = setInterval(() => setSecs(Math.round((Date.now() - t0) / 1000)), 1000);
+    const probe = async () => {
+      if (stop) return;
+      if (Date.now() - t0 > 3000) {
+        try {
+          const r = await fetch('/api/v1/system/alive', { cache: 'no-store' });
+          if (r.ok && !stop) {
+            stop = true;
+            location.reload();
+            return;
+          }
+        } catch (e) { /* still down */ }
+      }
+      if (Date.now() - t0 < 120000) setTimeout(probe, 4000);
+    };
+    setTimeout(probe, 3000);
+    return () => { stop = true; clearInterval(tick); };
+  }, []);
+  const late = secs >= 120;
+  return html`<div class="overlay"><div class="dialog card" role="alertdialog" aria-live="polite" data-test="restart-wait">
+    <h2>${t('restarting')}</h2><p>${late ? t('restartLate') : t('restartWait', secs)}</p>
+    ${late && html`<button type="button" onClick=${() => location.reload()}>${t('reload')}</button>`}</div></div>`;
+}
+
 export function RestartButton() {
   const [state, setState] = useState('');
+  const [waiting, setWaiting] = useState(false);
   const go = async () => {
     if (!confirm(t('confirmReboot'))) return;
     try {
       await api('/system/reboot', { method: 'POST' });
-      setState(t('restarting'));
+      setWaiting(true);
     } catch (e) {
       setState(errText(e));
     }
   };
-  return html`<div class="row"><button type="button" class="warn" onClick=${go}>${t('restartNow')}</button> <span role="status">${state}</span></div>`;
+  return html`<div class="row"><button type="button" class="warn" onClick=${go}>${t('restartNow')}</button> <span role="status">${state}</span></div>
+    ${waiting && html`<${RestartWait} />`}`;
+}
+
+// What a backup leaves out: secrets (never sent by the device), what the device derives, the authentication switch
+// (it has a flow of its own) and the WiFi and access point (a file must not move the device off the network the
+// owner reaches it through; the settings page's join test does that safely).
+const NOT_RESTORED = ['wifi', 'accessPoint', 'api_auth_required', 'language.installed'];
+
+export function backupOf(doc) {
+  const copy = JSON.parse(JSON.stringify(doc));
+  const strip = (o) => {
+    for (const k of Object.keys(o)) {
+      if (/_set$/.test(k)) delete o[k];
+      else if (o[k] && typeof o[k] === 'object' && !Array.isArray(o[k])) strip(o[k]);
+    }
+  };
+  strip(copy);
+  return { meterplus_backup: 1, saved: new Date().toISOString(), settings: copy };
+}
+
+export function restoreDoc(file) {
+  if (!file || file.meterplus_backup !== 1 || !file.settings || typeof file.settings !== 'object') return null;
+  const doc = JSON.parse(JSON.stringify(file.settings));
+  for (const path of NOT_RESTORED) {
+    const parts = path.split('.');
+    let n = doc;
+    for (const p of parts.slice(0, -1)) n = n && n[p];
+    if (n && typeof n === 'object') delete n[parts[parts.length - 1]];
+  }
+  return doc;
+}
+
+function BackupBox({ doc, onSaved }) {
+  const [msg, setMsg] = useState(null);
+  const save = () => download('meterplus-settings.json', JSON.stringify(backupOf(doc), null, 1), 'application/json');
+  const restore = async (e) => {
+    const f = e.target.files && e.target.files[0];
+    e.target.value = '';
+    if (!f) return;
+    let body = null;
+    try {
+      body = restoreDoc(JSON.parse(await f.text()));
+    } catch (x) { /* not JSON: said below */ }
+    if (!body) {
+      setMsg(['err', t('restoreNotBackup')]);
+      return;
+    }
+    try {
+      const r = await api('/settings', { method: 'POST', body });
+      setMsg(['ok', t('restored', (r.changed || []).length)]);
+      onSaved();
+    } catch (x) {
+      const fields = x.fields ? Object.keys(x.fields).sort().map((k) => fieldLabel(k) + ': ' + x.fields[k]).join('; ') : '';
+      setMsg(['err', t('restoreRefused') + ' ' + (fields || errText(x))]);
+    }
+  };
+  return html`<div class="card" data-test="backup"><h2>${t('backup')}</h2><p class="small">${t('backupHelp')}</p>
+    <div class="row"><button type="button" onClick=${save}>${t('backupSave')}</button>
+      <label class="button">${t('backupRestore')}<input type="file" accept="application/json,.json" data-test="restore-file" onChange=${restore} class="visually-hidden" /></label></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
+    <p class="small">${t('factoryResetHelp')}</p></div>`;
 }
 
 // The scanned networks (GET /system/wifi_scan): picking one fills the section's SSID, as on a phone's WiFi list.
@@ -309,5 +402,6 @@ export function Settings({ onDoc }) {
     <${Msg} kind="err">${err}<//>
     ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${load}>
       ${id === 'mqtt' && html`<${CaBox} />`}${id === 'cloud' && html`<${PairBox} />`}<//>`)}
+    ${doc && html`<${BackupBox} doc=${doc} onSaved=${load} />`}
   </section>`;
 }

@@ -1,0 +1,94 @@
+"""Web interface (issue 20 point 6), in Chromium: a restart shows a waiting view that reloads the page by itself
+once the device answers again; settings download as a backup without secrets and come back from it, leaving WiFi
+and the access point alone; a file that is no backup, or one with a bad value, changes nothing."""
+
+import json
+import os
+
+import pytest
+
+from tests.test_api_harness import start_host
+from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    h = start_host(tmp_path_factory, "web-restart-backup")
+    yield h
+    h.stop()
+
+
+def test_restart_waits_for_the_device_and_reloads_by_itself(browser, device):  # noqa: F811
+    page = _page(browser)
+    page.goto(device.url + "/#/system")
+    page.locator("main h1").wait_for()
+    loads = []
+    page.on("load", lambda: loads.append(1))
+    page.on("dialog", lambda d: d.accept())
+    starts = device.log().count("Meter Plus up")
+    page.get_by_role("button", name="Jetzt neu starten").click()
+    wait = page.locator("[data-test=restart-wait]")
+    wait.wait_for()
+    assert "startet neu" in wait.inner_text()
+    page.wait_for_event("load", timeout=60000)                 # reloaded by itself once alive answered
+    page.locator("main h1").wait_for()
+    assert page.locator("[data-test=restart-wait]").count() == 0 and loads
+    assert device.log().count("Meter Plus up") == starts + 1   # the device really restarted in between
+    assert page.evaluate("location.hash") == "#/system"
+    page.context.close()
+
+
+def _restore(page, tmp_path, doc, expect, name="backup.json"):
+    """Upload doc as a backup file; the message once it says expect."""
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    page.reload()                                                  # a fresh page: no message of the last upload
+    page.locator("[data-test=backup]").wait_for()
+    page.locator("[data-test=restore-file]").set_input_files(str(path))
+    msg = page.locator("[data-test=backup] .msg", has_text=expect)
+    msg.wait_for()
+    return msg.inner_text()
+
+
+def test_backup_downloads_without_secrets_and_restores_all_but_the_network(browser, device, tmp_path):  # noqa: F811
+    before = {"device_name": "Keller", "mqtt": {"host": "broker.lan", "password": "s3cret"},
+              "wifi": {"primary": {"ssid": "HostNetwork"}}}
+    assert device.post("/api/v1/settings", before)[0] == 200
+    page = _page(browser)
+    page.goto(device.url + "/#/settings")
+    box = page.locator("[data-test=backup]")
+    box.wait_for()
+    with page.expect_download() as dl:
+        box.get_by_role("button", name="Einstellungen herunterladen").click()
+    text = open(dl.value.path(), encoding="utf-8").read()
+    backup = json.loads(text)
+    assert backup["meterplus_backup"] == 1 and backup["settings"]["device_name"] == "Keller"
+    assert backup["settings"]["mqtt"]["host"] == "broker.lan"
+    assert "s3cret" not in text and "password_set" not in text and '"password"' not in text
+
+    assert device.post("/api/v1/settings", {"device_name": "Dachboden", "mqtt": {"host": "other.lan"}})[0] == 200
+    backup["settings"]["wifi"]["primary"]["ssid"] = "SomeoneElse"    # a file must not move the device off its WiFi
+    said = _restore(page, tmp_path, backup, "Sicherung eingespielt")
+    assert "2 Einstellungen" in said
+    doc = device.get("/api/v1/settings")[1]
+    assert doc["device_name"] == "Keller" and doc["mqtt"]["host"] == "broker.lan"
+    assert doc["mqtt"]["password_set"] is True                     # the secret stayed as it was
+    assert doc["wifi"]["primary"]["ssid"] == "HostNetwork"
+    page.context.close()
+
+
+def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, device, tmp_path):  # noqa: F811
+    page = _page(browser)
+    page.goto(device.url + "/#/settings")
+    page.locator("[data-test=backup]").wait_for()
+    before = device.get("/api/v1/settings")[1]
+    _restore(page, tmp_path, "{not json", "keine Meter-Plus-Sicherung", "broken.json")
+    _restore(page, tmp_path, {"device_name": "x"}, "keine Meter-Plus-Sicherung", "plain.json")
+    bad = {"meterplus_backup": 1, "settings": {"device_name": "Garage", "mqtt": {"port": 70000}}}
+    said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json")
+    assert "Port" in said                                          # the field is named in words
+    assert device.get("/api/v1/settings")[1] == before             # all or nothing: the name was not taken either
+    page.context.close()
