@@ -395,3 +395,15 @@ def test_a_black_holed_update_server_never_blocks_a_poll():
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_long_check_is_fresh_from_its_end_so_the_offer_can_be_installed(env):
+    # A check longer than stale_ms (slow server, the signature's polls on a loaded device): the GET ota/check that
+    # shows its offer must not start another check, or the ota/start right after it is refused "Busy: checking".
+    checked(env)
+    env.svc.stale_ms = 200          # far less than the check took (its ~90 signature polls at 20 ms each)
+    assert env.svc.check_result(env.now)["data"]["update_available"] is True
+    env.svc.poll(env.now)
+    assert env.svc.phase == "idle"
+    answer = env.svc.start_update()
+    assert answer["ok"] is True, answer

@@ -148,7 +148,7 @@ class OtaService(Module):
         self.available = None       # the validated manifest of a newer version, or None
         self.server_version = ""    # what the server offers (also when it is not newer)
         self.last_checked = 0       # Unix seconds of the last completed check (0: never, or no clock)
-        self._checked_at = None     # ticks of the last check attempt
+        self._checked_at = None     # ticks of the last check's start, then of its end (staleness counts from there)
         self.message = ""
         self.updated = ""           # "Updated from A to B" once an update proved healthy (kept until a restart)
         self.last_error = ""        # reason code of the last failure ("" after a success)
@@ -487,6 +487,9 @@ class OtaService(Module):
             self._failed(now, "manifest", "update check: manifest cannot be read: %r" % exc)
             return
         m["source"] = self._source
+        # A check that took long (a slow server, the signature's ~90 polls on a loaded device) is fresh from its
+        # end: GET ota/check would otherwise start another one at once and refuse ota/start as "Busy: checking".
+        self._checked_at = now
         self.last_checked = t or 0
         self.server_version = m["version"]
         refused = self._refusal(m)
