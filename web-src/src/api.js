@@ -39,7 +39,10 @@ export async function api(path, opts = {}) {
     const t = getToken();
     if (t) headers.Authorization = 'Bearer ' + t;
     let payload;
-    if (body !== undefined) {
+    if (body instanceof Uint8Array) {
+      headers['Content-Type'] = 'application/octet-stream'; // a piece of a release archive (ota/upload)
+      payload = body;
+    } else if (body !== undefined) {
       const plain = typeof body === 'string';
       headers['Content-Type'] = plain ? 'text/plain' : 'application/json';
       payload = plain ? body : JSON.stringify(body);

@@ -3,7 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv } from './api.js';
 import { getLang, t } from './i18n.js';
 import { span } from './history.js';
-import { RestartButton } from './settings.js';
+import { RestartButton, RestartWait } from './settings.js';
 import { Msg, Table, errText, html, noteInfo } from './ui.js';
 
 function Log({ path, title, name }) {
@@ -99,7 +99,7 @@ export function System() {
     <div class="card"><h2>${t('ota')}</h2><div class="row">
       <button type="button" onClick=${otaCheck}>${t('otaCheck')}</button>
       <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
-      ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}</div>
+      ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}<${UploadBox} /></div>
     <div class="card"><h2>${t('reboot')}</h2><${RestartButton} /></div>
     <${Outages} zone=${info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : ''} />
     <h2>${t('logs')}</h2>
@@ -109,4 +109,52 @@ export function System() {
     ${info && html`<h2>${t('info')}</h2>${Object.keys(info).map((sec) => html`<div class="card" data-test=${'info-' + sec}><h3>${sec}</h3>
       <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}`}
   </section>`;
+}
+
+const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A signed release archive (tools.ota_manifest --archive) from a file: sent in 8 KB pieces at their offsets; a 409
+// (signature being checked, busy) sends again from what the device has; once the device has it all it installs
+// and restarts, and the waiting view reloads the page.
+function UploadBox() {
+  const [msg, setMsg] = useState(null);
+  const [pct, setPct] = useState(null);
+  const [waiting, setWaiting] = useState(false);
+  const go = async (e) => {
+    const f = e.target.files && e.target.files[0];
+    e.target.value = '';
+    if (!f || !confirm(t('confirmUpload', f.name))) return;
+    const data = new Uint8Array(await f.arrayBuffer());
+    let offset = 0;
+    let again = 0;
+    setMsg(['', t('uploading', f.name)]);
+    setPct(0);
+    for (;;) {
+      let r;
+      try {
+        r = await api('/ota/upload?offset=' + offset, { method: 'POST', body: data.subarray(offset, offset + 8192) });
+        again = 0;
+      } catch (x) {
+        if (x.status === 409 && x.body && again++ < 60) {
+          offset = x.body.received;
+          await pause(2000);
+          continue;
+        }
+        setPct(null);
+        setMsg(['err', (x.body && x.body.message) || errText(x)]);
+        return;
+      }
+      offset = r.received;
+      setPct(Math.min(100, Math.floor((offset * 100) / data.length)));
+      if (r.done) {
+        setMsg(['ok', r.message]);
+        setWaiting(true);
+        return;
+      }
+      if (offset >= data.length) await pause(1000); // all sent: the device is checking the last files
+    }
+  };
+  return html`<div class="sub" data-test="ota-upload"><label class="button">${t('otaUpload')}<input type="file" accept=".tar,application/x-tar" class="visually-hidden" data-test="ota-file" onChange=${go} /></label>
+    ${pct !== null && html` <progress max="100" value=${pct} aria-label=${t('otaUpload')}>${pct} %</progress>`}
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}${waiting && html`<${RestartWait} />`}</div>`;
 }

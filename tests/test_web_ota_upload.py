@@ -1,0 +1,76 @@
+"""Web interface (issue 20 point 6), in Chromium: an update installed from a file (the signed archive of
+tools.ota_manifest --archive) through the System page, piece by piece, then the device restarts into it; an
+archive whose signature the device does not trust is refused with the device's words and changes nothing."""
+
+import os
+
+import pytest
+
+from tests.hostproc import HostProcess
+from tests.ota_server import make_release, pubkey_file
+from tests.test_ota_host import ntp, pub, running_version  # noqa: F401  (fixtures)
+from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+
+
+def _archive(tmp_path, folder, version, changes=None, key=None):
+    from tools.ota_manifest import make_archive
+
+    kwargs = {"changes": changes or {}}
+    if key is not None:
+        kwargs["key"] = key
+    make_release(folder, version, **kwargs)
+    with open(os.path.join(folder, "manifest.json"), "rb") as f:
+        manifest = f.read()
+    with open(os.path.join(folder, "manifest.json.sig")) as f:
+        path = tmp_path / ("release-%s.tar" % version)
+        make_archive(str(path), os.path.join(folder, version), manifest, f.read())
+    return path
+
+
+def _device(tmp_path, ntp):  # noqa: F811
+    # speed 1: the upload's 60 s idle limit is device time
+    return HostProcess(tmp_path / "drive", args=["--app-on-drive", "--speed", "1", "--ntp", ntp, "--ota-pubkey",
+                                                 pubkey_file(str(tmp_path))], settings={"ota": {"url": ""}}).start()
+
+
+def test_an_update_from_a_file_installs_and_the_page_comes_back(browser, tmp_path, pub, ntp):  # noqa: F811
+    folder, server = pub
+    archive = _archive(tmp_path, folder, "0.2.0", {"services/ota/added_in_020.py": '"""New in 0.2.0."""\n'})
+    h = _device(tmp_path, ntp)
+    try:
+        page = _page(browser)
+        page.goto(h.url + "/#/system")
+        page.on("dialog", lambda d: d.accept())
+        page.locator("[data-test=ota-file]").set_input_files(str(archive))
+        page.locator("[data-test=restart-wait]").wait_for(timeout=120000)   # all pieces taken, installing
+        h.wait_for(lambda: running_version(h) == "0.2.0", timeout=120)
+        page.wait_for_event("load", timeout=60000)                          # the waiting view reloaded the page
+        assert os.path.exists(os.path.join(h.state, "services/ota/added_in_020.py"))
+        assert server.requests == []                                         # nothing came from an update server
+        page.context.close()
+    finally:
+        h.stop()
+
+
+def test_an_untrusted_archive_is_refused_in_words_and_changes_nothing(browser, tmp_path, pub, ntp):  # noqa: F811
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder, _server = pub
+    archive = _archive(tmp_path, folder, "0.2.0", key=Ed25519PrivateKey.generate())
+    h = _device(tmp_path, ntp)
+    try:
+        page = _page(browser)
+        page.goto(h.url + "/#/system")
+        page.on("dialog", lambda d: d.accept())
+        page.locator("[data-test=ota-file]").set_input_files(str(archive))
+        refusal = page.locator("[data-test=ota-upload] .msg.err")
+        refusal.wait_for(timeout=60000)
+        assert "signature" in refusal.inner_text().lower() or "signatur" in refusal.inner_text().lower()
+        assert page.locator("[data-test=restart-wait]").count() == 0
+        assert running_version(h) == "0.1.0" and not os.path.exists(os.path.join(h.state, "ota/journal"))
+        page.context.close()
+    finally:
+        h.stop()
