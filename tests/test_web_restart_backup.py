@@ -92,3 +92,23 @@ def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, 
     assert "Port" in said                                          # the field is named in words
     assert device.get("/api/v1/settings")[1] == before             # all or nothing: the name was not taken either
     page.context.close()
+
+
+def test_the_log_follows_live_while_asked_and_stops_after(browser, device):  # noqa: F811
+    page = _page(browser)
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/logs/ram" in r.url else None)
+    page.goto(device.url + "/#/system")
+    box = page.locator("[data-test=log-ram]")
+    box.wait_for()
+    box.locator("[data-test=live]").check()
+    box.locator("table").wait_for()
+    assert device.post("/api/v1/settings", {"device_name": "Live-Test"})[0] == 200   # a new line in the log
+    box.get_by_text("settings changed: device_name").first.wait_for(timeout=15000)   # shown without a click
+    page.wait_for_timeout(10500)
+    during = len(asked)
+    assert 3 <= during <= 6                                        # every 5 s: 2 requests per 10 s
+    box.locator("[data-test=live]").uncheck()
+    page.wait_for_timeout(6000)
+    assert len(asked) == during                                    # stopped
+    page.context.close()

@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, csvField, download } from './api.js';
 import { Chart, bars, noPoints, steps } from './chart.js';
 import { getLang, num, t } from './i18n.js';
-import { Msg, addDays, deviceToday, errText, html } from './ui.js';
+import { Msg, addDays, cssVar, deviceToday, errText, html } from './ui.js';
 
 // Labels come from the device's own local time strings (item.date), so a DST day's 92 or 100 quarter hours and the
 // repeated autumn hour are labelled as the device counted them; the browser's zone plays no part.
@@ -22,9 +22,10 @@ function daySplits(items, stepH) {
 }
 
 function axisX(label, splits) {
-  return { splits: () => splits, values: (u, vals) => vals.map(label), stroke: '#555', grid: { stroke: '#eee' } };
+  return { splits: () => splits, values: (u, vals) => vals.map(label), stroke: cssVar('--muted'), grid: { stroke: cssVar('--line2') } };
 }
-const axisY = (size) => ({ size: size || 56, stroke: '#555', grid: { stroke: '#eee' } });
+const axisY = (size) => ({ size: size || 56, stroke: cssVar('--muted'), grid: { stroke: cssVar('--line2') } });
+
 
 // "HH:MM" k quarter hours before an item's local time (the labels of the quarter hours a gap left without a record).
 function before(date, k) {

@@ -9,7 +9,7 @@ import { Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
-import { html } from './ui.js';
+import { applyTheme, getTheme, html } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
 const pageOf = () => {
@@ -59,6 +59,19 @@ function TokenPrompt({ status, onDone }) {
       <div class="row"><button type="submit">${t('signIn')}</button>
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
     </form></div>`;
+}
+
+// Light, dark or as the system says; kept in this browser (the device serves many browsers).
+const THEMES = ['auto', 'light', 'dark'];
+function ThemeSwitch({ onChange }) {
+  const [theme, setTheme] = useState(getTheme());
+  const next = () => {
+    const n = THEMES[(THEMES.indexOf(theme) + 1) % THEMES.length];
+    applyTheme(n);
+    setTheme(n);
+    onChange(); // charts draw with the theme's colours: redraw them
+  };
+  return html`<button type="button" class="link" data-test="theme" onClick=${next}>${t('theme_' + theme)}</button>`;
 }
 
 function App() {
@@ -134,10 +147,11 @@ function App() {
     ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
     <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
     ${auth !== 0 && html`<${TokenPrompt} status=${auth} onDone=${done} />`}
-    <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus</footer>`;
+    <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus · <${ThemeSwitch} onChange=${() => setGen(gen + 1)} /></footer>`;
 }
 
 // The page's copy of the settings rules, for the test that holds it against core/settings.py.
 window.meterplus = { SCHEMA, check };
 
+applyTheme(getTheme());
 render(html`<${App} />`, document.getElementById('app'));

@@ -1,14 +1,17 @@
 // System: /system/info as tables, the LED, logs as tables with the rawdump download, OTA check/start, reboot.
 import { useEffect, useState } from 'preact/hooks';
-import { api, download, parseCsv } from './api.js';
+import { api, download, parseCsv, poller } from './api.js';
 import { getLang, t } from './i18n.js';
 import { span } from './history.js';
 import { RestartButton, RestartWait } from './settings.js';
 import { Msg, Table, errText, html, noteInfo } from './ui.js';
 
-function Log({ path, title, name }) {
+// A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
+// tab is visible (2 requests per 10 s; it stops when the page is left).
+function Log({ path, title, name, live }) {
   const [rows, setRows] = useState(null);
   const [err, setErr] = useState('');
+  const [tail, setTail] = useState(false);
   const load = async () => {
     try {
       const text = await api(path, { as: 'text' });
@@ -18,8 +21,10 @@ function Log({ path, title, name }) {
       setErr(errText(e));
     }
   };
+  useEffect(() => (tail ? poller(load, 5000) : undefined), [tail]);
   return html`<div class="card" data-test=${name}><h3>${title}</h3>
-    <div class="row"><button type="button" onClick=${load}>${t('load')}</button></div>
+    <div class="row"><button type="button" onClick=${load}>${t('load')}</button>
+      ${live && html`<label class="check"><input type="checkbox" data-test="live" checked=${tail} onChange=${(e) => setTail(e.target.checked)} /> ${t('liveTail')}</label>`}</div>
     <${Msg} kind="err">${err}<//>
     ${rows && (rows.length > 1 ? html`<${Table} cls="log" head=${rows[0]} rows=${rows.slice(1).reverse()} />` : html`<p>${t('empty')}</p>`)}</div>`;
 }
@@ -104,7 +109,7 @@ export function System() {
     <${Outages} zone=${info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : ''} />
     <h2>${t('logs')}</h2>
     <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" />
-    <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" />
+    <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" live />
     <div class="row"><button type="button" onClick=${rawdump}>${t('rawdump')}</button></div>
     ${info && html`<h2>${t('info')}</h2>${Object.keys(info).map((sec) => html`<div class="card" data-test=${'info-' + sec}><h3>${sec}</h3>
       <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}`}

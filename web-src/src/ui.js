@@ -54,3 +54,19 @@ export function Table({ head, rows, cls }) {
 }
 
 export const errText = (e) => (e && e.status ? e.status + ': ' + e.message : t('offline'));
+
+// A colour of the current theme (canvas drawing cannot read CSS variables itself).
+export const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+// Theme: 'auto' follows the system (prefers-color-scheme), 'light' or 'dark' is the user's choice on this browser.
+const THEME = 'mp.theme';
+export const getTheme = () => localStorage.getItem(THEME) || 'auto';
+export function applyTheme(theme) {
+  if (theme === 'auto') {
+    localStorage.removeItem(THEME);
+    delete document.documentElement.dataset.theme;
+  } else {
+    localStorage.setItem(THEME, theme);
+    document.documentElement.dataset.theme = theme;
+  }
+}
