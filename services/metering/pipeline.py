@@ -1,6 +1,6 @@
 """Meter pipeline: decode telegrams, check plausibility, median filter and ctRatio once, publish readings and health."""
 
-from adafruit_ticks import ticks_diff
+from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.elapsed import fresh
 from core.module import OK, WARN, Module
@@ -175,6 +175,9 @@ class MeterPipeline(Module):
         d["median"] = self.median_size
         d["ct_ratio"] = Exact(self.ct_tenths, -1)   # a JSON number from integers (no 30-bit float on the wire)
         d["protocol"] = self.format or ""  # the web dashboard's meter health
+        # Seconds since the last good telegram (-1: none since the start or for a day): the status strip's age.
+        last = self._last_ok_ms
+        d["age_s"] = ticks_diff(ticks_ms(), last) // 1000 if last is not None else -1
         return d
 
     # --- telegrams ---

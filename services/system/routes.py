@@ -78,6 +78,16 @@ def _wifi_sections(app):
     return wifi, ap
 
 
+def _ota_section(ota):
+    """What the last update check found (no new check: that is GET /ota/check's job)."""
+    if ota is None:
+        return []
+    available = ota.available
+    return [_entry("update_available", available is not None),
+            _entry("available_version", available["version"] if available is not None else ""),
+            _entry("state", ota.phase)]
+
+
 def _wall_time(app):
     """UTC now from the NTP clock; before the first sync a fixed January instant (standard time), never the
     unset RTC's invented date."""
@@ -133,6 +143,8 @@ def routes(app):
             ("supervisor", supervisor),
             ("http", _section(http.describe()) if http is not None else []),
             ("mqtt", _section(mqtt.describe()) if mqtt is not None else []),
+            ("modbus", _section(app.modbus.describe()) if app.modbus is not None else []),
+            ("ota", _ota_section(app.ota)),
         )
         return Response(request, info_json(sections), content_type="application/json")
 

@@ -1,8 +1,8 @@
 // Dashboard: signed power, totals, the other readings, meter health; one request per 4 s, info every 20 s.
 import { useEffect, useState } from 'preact/hooks';
-import { api, poller } from './api.js';
+import { api, bus, poller } from './api.js';
 import { num, t } from './i18n.js';
-import { Msg, Table, deviceUtc, errText, html, noteInfo, sectionMap } from './ui.js';
+import { Msg, Table, deviceUtc, errText, html, lastInfo, sectionMap } from './ui.js';
 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
@@ -22,14 +22,13 @@ export function Dashboard() {
         throw e;
       }
     }, LATEST_MS);
-    const stopInfo = poller(async () => {
-      const info = await api('/system/info');
-      noteInfo(info);
-      setMeter(sectionMap(info.meter));
-    }, INFO_MS);
+    // The shell polls /system/info for the status strip; the meter health reads the same answer.
+    const onInfo = (e) => setMeter(sectionMap(e.detail.meter));
+    if (lastInfo.value) setMeter(sectionMap(lastInfo.value.meter));
+    bus.addEventListener('info', onInfo);
     return () => {
       stopLatest();
-      stopInfo();
+      bus.removeEventListener('info', onInfo);
     };
   }, []);
 
@@ -63,7 +62,7 @@ export function Dashboard() {
       [t('protocol'), (meter && meter.protocol) || t('unknown')],
       [t('telegrams'), meter ? meter.telegrams_ok : '–'],
       [t('crcErrors'), meter ? meter.crc_errors : '–'],
-      [t('state'), meter ? meter.state + (meter.stale ? ' (stale)' : '') : '–'],
+      [t('state'), meter ? meter.state + (meter.stale ? ' (' + t('staleShort') + ')' : '') : '–'],
     ]} />
     ${others.length > 0 && html`<h2>${t('values')}</h2><${Table} rows=${others} />`}
     ${latest && latest.datetime && html`<p class="small">${t('updated')}: ${latest.datetime.replace('T', ' ')}</p>`}

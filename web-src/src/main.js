@@ -1,15 +1,15 @@
 // The app shell: navigation by hash, the token prompt (401/403), busy/offline banners, language from the device.
 import { render } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, backoffLeft, bus, getToken, setToken } from './api.js';
-import { Dashboard } from './dashboard.js';
+import { api, backoffLeft, bus, getToken, poller, setToken } from './api.js';
+import { Dashboard, INFO_MS } from './dashboard.js';
 import { History } from './history.js';
 import { getLang, setLang, t } from './i18n.js';
 import { Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
-import { applyTheme, getTheme, html } from './ui.js';
+import { applyTheme, getTheme, html, noteInfo, sectionMap } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
 const pageOf = () => {
@@ -74,12 +74,49 @@ function ThemeSwitch({ onChange }) {
   return html`<button type="button" class="link" data-test="theme" onClick=${next}>${t('theme_' + theme)}</button>`;
 }
 
+// One chip of the status strip: a state (ok, warn, err, off) and its words.
+const Chip = ({ kind, name, children, test }) =>
+  html`<li class=${'chip ' + kind} data-test=${test}><span class="chip-name">${name}</span> ${children}</li>`;
+
+// Meter, WiFi, MQTT, Modbus, clock and update at a glance on every page, from the shared /system/info.
+function StatusStrip({ info }) {
+  if (!info) return null;
+  const meter = sectionMap(info.meter);
+  const wifi = sectionMap(info.wifi);
+  const ap = sectionMap(info.ap);
+  const mqtt = sectionMap(info.mqtt);
+  const modbus = sectionMap(info.modbus);
+  const clock = sectionMap(info.clock);
+  const ota = sectionMap(info.ota);
+  const age = meter.age_s === undefined ? -1 : +meter.age_s;
+  const m = meter.state === undefined ? ['off', t('stMeterNone')]
+    : age < 0 ? ['err', t('stMeterNone')]
+    : meter.stale ? ['warn', t('stMeterStale', age)]
+    : ['ok', t('stMeterLive', age)];
+  const w = wifi.connected ? ['ok', [wifi.ssid, wifi.signal_strength + ' dBm', wifi.ip_address].filter(Boolean).join(' · ')]
+    : ap.active ? ['warn', t('stAp', ap.ssid, ap.ip)] : ['err', t('stNoWifi')];
+  const conn = mqtt.conn;
+  const q = conn === undefined || conn === 'OFF' ? ['off', t('stOff')] : conn === 'CONNECTED' ? ['ok', t('stConnected')]
+    : ['warn', ['CONNECTING', 'INIT', 'FAILED'].includes(conn) ? t('stMqtt_' + conn) : conn];
+  const mb = modbus.enabled ? ['ok', t('stModbusOn', modbus.clients || 0)] : ['off', t('stOff')];
+  const c = clock.synced ? ['ok', t('stClockOk')] : ['warn', t('stClockNot')];
+  return html`<ul class="strip" aria-label=${t('status')} data-test="status-strip">
+    <${Chip} kind=${m[0]} name=${t('stMeter')} test="st-meter">${m[1]}<//>
+    <${Chip} kind=${w[0]} name=${wifi.connected ? t('stWifi') : ap.active ? t('stApName') : t('stWifi')} test="st-wifi">${w[1]}<//>
+    <${Chip} kind=${q[0]} name="MQTT" test="st-mqtt">${q[1]}<//>
+    <${Chip} kind=${mb[0]} name="Modbus" test="st-modbus">${mb[1]}<//>
+    <${Chip} kind=${c[0]} name=${t('stClock')} test="st-clock">${c[1]}<//>
+    ${ota.update_available && html`<${Chip} kind="warn" name=${t('stUpdate')} test="st-update"><a href="#/system">${t('stUpdateAvail', ota.available_version)}</a><//>`}
+  </ul>`;
+}
+
 function App() {
   const [page, setPage] = useState(pageOf());
   const [gen, setGen] = useState(0); // remounts the page after a new token or language
   const [auth, setAuth] = useState(0);
   const [busy, setBusy] = useState(0);
   const [offline, setOffline] = useState(false);
+  const [info, setInfo] = useState(null);
   const [name, setName] = useState('Meter Plus');
   const [, setLangTick] = useState(0);
 
@@ -109,7 +146,15 @@ function App() {
     bus.addEventListener('offline', onOffline);
     bus.addEventListener('busy', onBusy);
     api('/settings').then(applyDoc, () => {});
+    // /system/info every 20 s for the strip (and the dashboard's meter health): one request per 20 s per tab.
+    const stopInfo = poller(async () => {
+      const i = await api('/system/info');
+      noteInfo(i);
+      setInfo(i);
+      bus.dispatchEvent(new CustomEvent('info', { detail: i }));
+    }, INFO_MS);
     return () => {
+      stopInfo();
       removeEventListener('hashchange', onHash);
       bus.removeEventListener('auth', onAuth);
       bus.removeEventListener('offline', onOffline);
@@ -143,6 +188,7 @@ function App() {
     <header><span class="brand">${name}</span>
       <nav aria-label="main"><ul>${Object.keys(PAGES).map((p) => html`<li><a href=${'#/' + p}
         aria-current=${p === page ? 'page' : undefined}>${t(p)}</a></li>`)}</ul></nav></header>
+    <${StatusStrip} info=${info} />
     ${offline && html`<p class="banner err" role="alert">${t('offline')}</p>`}
     ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
     <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>

@@ -7,7 +7,10 @@ export const html = htm.bind(h);
 
 // The device's clock as last seen in /system/info (utc, offset): "today" is the device's local day, not the browser's.
 const clock = { utc: 0, offsetMin: null, at: 0 };
+// The last /system/info (the shell polls it every 20 s for the status strip; pages read it instead of asking again).
+export const lastInfo = { value: null };
 export function noteInfo(info) {
+  lastInfo.value = info;
   const v = sectionMap(info && info.clock);
   if (v.utc) {
     clock.utc = +v.utc;

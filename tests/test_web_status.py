@@ -1,0 +1,76 @@
+"""The status strip (issue 20 point 3), in Chromium: meter, WiFi, MQTT, Modbus, clock and a found update at a
+glance on every page, in words, from the one /system/info the shell polls every 20 s."""
+
+import os
+
+import pytest
+
+from tests.test_api_harness import start_host
+from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    h = start_host(tmp_path_factory, "web-status")
+    yield h
+    h.stop()
+
+
+def _chip(page, name):
+    chip = page.locator("[data-test=st-%s]" % name)
+    chip.wait_for()
+    return chip.inner_text(), chip.get_attribute("class")
+
+
+@pytest.mark.parametrize("route", ["dashboard", "history", "settings", "security", "system"])
+def test_the_strip_is_on_every_page(browser, device, route):  # noqa: F811
+    page = _page(browser)
+    page.goto(device.url + "/#/" + route)
+    page.locator("[data-test=status-strip]").wait_for()
+    text, cls = _chip(page, "meter")
+    assert text.startswith("Zähler") and "live" in text and "ok" in cls
+    page.context.close()
+
+
+def test_the_strip_says_what_changed_in_words(browser, device):  # noqa: F811
+    page = _page(browser)
+    page.goto(device.url + "/")
+    text, cls = _chip(page, "wifi")
+    assert text.startswith("Zugangspunkt") and "192.168.4.1" in text and "warn" in cls   # no WiFi set up yet
+    assert _chip(page, "mqtt")[0] == "MQTT aus" and _chip(page, "modbus")[0] == "Modbus aus"
+    assert _chip(page, "clock")[0] == "Uhr gestellt"
+    assert page.locator("[data-test=st-update]").count() == 0
+
+    assert device.post("/api/v1/settings", {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
+                                            "modbus": {"enable": True}})[0] == 200
+    device.control("meter", "off")
+    try:
+        def settled():
+            page.reload()
+            page.locator("[data-test=status-strip]").wait_for()
+            wifi, modbus, meter = _chip(page, "wifi")[0], _chip(page, "modbus")[0], _chip(page, "meter")
+            return "HostNetwork" in wifi and "an (" in modbus and "keine Daten seit" in meter[0] and meter
+
+        meter = device.wait_for(settled, timeout=60, interval=1)
+        assert "warn" in meter[1]
+        wifi = _chip(page, "wifi")[0]
+        assert wifi.startswith("WLAN") and "dBm" in wifi and "127.0.0.1" in wifi
+    finally:
+        device.control("meter", None)
+    page.context.close()
+
+
+def test_one_info_request_per_20_s_serves_the_strip_and_the_dashboard(browser, device):  # noqa: F811
+    page = _page(browser)
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/system/info" in r.url else None)
+    page.goto(device.url + "/")
+    page.locator("[data-test=st-meter]").wait_for()
+    page.wait_for_timeout(21000)
+    assert len(asked) == 2                                          # at the start and 20 s later, not twice each
+    row = page.locator("main tr", has_text="Telegramme")           # the dashboard's meter health, same answer
+    assert row.locator("td").nth(1).inner_text().isdigit()
+    page.context.close()
