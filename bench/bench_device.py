@@ -385,7 +385,8 @@ def kb(n):
     return "%.0f KB" % (n / 1024) if n is not None else "-"
 
 
-def main(argv=None):
+def main(argv=()):
+    """The bench; argv as on the command line (`make bench` calls it with none: the defaults)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--src", default=os.environ.get("CIRCUITPY_SRC"), help="CircuitPython source tree")
     p.add_argument("--seconds", type=int, default=60)
@@ -394,7 +395,7 @@ def main(argv=None):
     p.add_argument("--frozen", action="store_true",
                    help="also run with the firmware and libraries frozen into the interpreter (code out of the heap)")
     p.add_argument("--json", help="also write the figures to this file")
-    args = p.parse_args(argv)
+    args = p.parse_args(list(argv))
     try:
         binary = build(source_tree(args.src))
     except Skip as exc:
@@ -462,4 +463,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
