@@ -74,3 +74,33 @@ def test_one_info_request_per_20_s_serves_the_strip_and_the_dashboard(browser, d
     row = page.locator("main tr", has_text="Telegramme")           # the dashboard's meter health, same answer
     assert row.locator("td").nth(1).inner_text().isdigit()
     page.context.close()
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory):
+    """A quarter hour of history per second."""
+    h = start_host(tmp_path_factory, "web-today", args=("--speed", "900"))
+    yield h
+    h.stop()
+
+
+def _num_de(text):
+    return float(text.split()[-2].replace(".", "").replace(",", ".").replace("−", "-"))
+
+
+def test_the_dashboard_shows_todays_import_export_and_balance(browser, fast):  # noqa: F811 (issue 20 point 5)
+    fast.wait_for(lambda: fast.get("/api/v1/history/latest")[0] == 200, timeout=30)
+    page = _page(browser)
+    with page.expect_response(lambda r: "/history/highRes?date=" in r.url) as resp:
+        page.goto(fast.url + "/")
+    day = resp.value.json()
+    assert day["count"] >= 1
+    card = page.locator("[data-test=today]")
+    card.wait_for()
+    imp, exp = day["import_total_kWh"], day["export_total_kWh"]
+    assert _num_de(card.locator("[data-test=today-import]").inner_text()) == round(imp, 3)
+    assert _num_de(card.locator("[data-test=today-export]").inner_text()) == round(exp, 3)
+    balance = card.locator("[data-test=balance]").inner_text()
+    assert _num_de(balance) == round(imp - exp, 3)                # signed: − when more was exported
+    assert ("mehr bezogen" in card.inner_text()) == (imp >= exp)
+    page.context.close()

@@ -2,14 +2,16 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, bus, poller } from './api.js';
 import { num, t } from './i18n.js';
-import { Msg, Table, deviceUtc, errText, html, lastInfo, sectionMap } from './ui.js';
+import { Msg, Table, deviceToday, deviceUtc, errText, html, lastInfo, sectionMap } from './ui.js';
 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
+export const TODAY_MS = 300000; // today's energies: the day's quarter hours change every 15 min
 
 export function Dashboard() {
   const [latest, setLatest] = useState(undefined); // undefined: not loaded; null: 204 (meter silent)
   const [meter, setMeter] = useState(null);
+  const [today, setToday] = useState(null);
   const [err, setErr] = useState('');
   useEffect(() => {
     const stopLatest = poller(async () => {
@@ -22,12 +24,15 @@ export function Dashboard() {
         throw e;
       }
     }, LATEST_MS);
+    // Today's import, export and balance: the totals of today's quarter hours (highRes), every 5 minutes.
+    const stopToday = poller(async () => setToday(await api('/history/highRes?date=' + deviceToday())), TODAY_MS);
     // The shell polls /system/info for the status strip; the meter health reads the same answer.
     const onInfo = (e) => setMeter(sectionMap(e.detail.meter));
     if (lastInfo.value) setMeter(sectionMap(lastInfo.value.meter));
     bus.addEventListener('info', onInfo);
     return () => {
       stopLatest();
+      stopToday();
       bus.removeEventListener('info', onInfo);
     };
   }, []);
@@ -55,6 +60,11 @@ export function Dashboard() {
       </div>
       <div class="card" data-test="import"><h2>${t('importTotal')}</h2><p class="big">${total('1.8.0')}</p></div>
       <div class="card" data-test="export"><h2>${t('exportTotal')}</h2><p class="big">${total('2.8.0')}</p></div>
+      ${today && html`<div class="card" data-test="today"><h2>${t('today')}</h2>
+        <p class="big" data-test="balance">${(today.import_total_kWh - today.export_total_kWh >= 0 ? '' : '−') + num(Math.abs(today.import_total_kWh - today.export_total_kWh), 3)} kWh</p>
+        <p class="dir">${today.import_total_kWh - today.export_total_kWh >= 0 ? t('balanceImport') : t('balanceExport')}</p>
+        <p class="small"><span data-test="today-import">${t('importing')}: ${num(today.import_total_kWh, 3)} kWh</span> ·
+          <span data-test="today-export">${t('exporting')}: ${num(today.export_total_kWh, 3)} kWh</span></p></div>`}
     </div>
     <h2>${t('meterHealth')}</h2>
     <${Table} rows=${[
