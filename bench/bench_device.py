@@ -106,12 +106,7 @@ def build_frozen(src, binary, log=print):
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyi", "*.dat")
         for name in FROZEN_PACKAGES:
             shutil.copytree(os.path.join(REPO, name), os.path.join(mods, name), ignore=ignore)
-        for name in LIBRARIES:
-            path = library_path(name)
-            if os.path.isdir(path):
-                shutil.copytree(path, os.path.join(mods, name), ignore=ignore)
-            else:
-                shutil.copy(path, mods)
+        copy_libraries(mods, ignore)
         h = hashlib.sha256(variant_digest().encode() + binary.encode())
         for path in sorted(glob.glob(os.path.join(mods, "**", "*.py"), recursive=True)):
             with open(path, "rb") as f:
@@ -174,6 +169,16 @@ def library_path(name):
     return spec.origin
 
 
+def copy_libraries(dest, ignore):
+    """The device libraries (packages or single modules) into the folder dest."""
+    for name in LIBRARIES:
+        path = library_path(name)
+        if os.path.isdir(path):
+            shutil.copytree(path, os.path.join(dest, name), ignore=ignore)
+        else:
+            shutil.copy(path, dest)
+
+
 def stage(binary=None, firmware_mpy=False, frozen=False):
     """A temporary CIRCUITPY drive: the firmware, lib/ with the device libraries, hw/ with the stand-ins.
 
@@ -191,12 +196,7 @@ def stage(binary=None, firmware_mpy=False, frozen=False):
         else:
             shutil.copy(src, root)
     os.makedirs(os.path.join(root, "lib"))
-    for name in LIBRARIES:
-        path = library_path(name)
-        if os.path.isdir(path):
-            shutil.copytree(path, os.path.join(root, "lib", name), ignore=ignore)
-        else:
-            shutil.copy(path, os.path.join(root, "lib"))
+    copy_libraries(os.path.join(root, "lib"), ignore)
     hw = os.path.join(root, "hw")
     os.makedirs(hw)
     for name in HOST_STAND_INS:
@@ -267,8 +267,10 @@ import time as _unix_time
 sys.path[:0] = ["hw", ".", "lib"]
 import time
 time._rt = _unix_time
-for name in %r:
-    __import__(name)
+import os
+for name in os.listdir("hw"):   # the stand-ins are C modules on the device: imported before any baseline
+    if name.endswith(".py"):
+        __import__(name[:-3])
 for name in %r:
     gc.collect()
     before = gc.mem_alloc()
@@ -276,9 +278,6 @@ for name in %r:
     gc.collect()
     print("@@COST@@", name, gc.mem_alloc() - before)
 """
-# The stand-ins are C modules on the device: imported before the baseline (runner.py does the same).
-STAND_IN_MODULES = ("board", "busio", "digitalio", "supervisor", "storage", "neopixel", "wifi", "_bleio",
-                    "microcontroller", "rtc", "watchdog", "socketpool", "mdns", "ipaddress")
 
 
 def _imports(path, known):
@@ -351,7 +350,7 @@ def module_costs(binary):
             if parent in mods:
                 todo.append(parent)
         order = [n for n in import_order(mods) if n in reach]
-        res = subprocess.run([binary, "-c", OWN_COSTS % (STAND_IN_MODULES, order)], cwd=root, stdout=subprocess.PIPE,
+        res = subprocess.run([binary, "-c", OWN_COSTS % (order,)], cwd=root, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=300)
         costs = {}
         for line in res.stdout.splitlines():

@@ -3,6 +3,8 @@
 import socket
 import time
 
+import pytest
+
 from tests.hostproc import HostProcess, write_settings_toml
 
 
@@ -11,6 +13,18 @@ def start_host(tmp_path_factory, name, rate_limit=100000, settings=None, args=()
     state = tmp_path_factory.mktemp(name)
     write_settings_toml(state, "METERPLUS_API_RATE_LIMIT = %d\n" % rate_limit + toml_extra)
     return HostProcess(state, args=args, settings=settings).start()
+
+
+def host_fixture(name, **kwargs):
+    """A module-scoped fixture: start_host(name, **kwargs) for the module's tests, stopped after them."""
+
+    @pytest.fixture(scope="module")
+    def host(tmp_path_factory):
+        h = start_host(tmp_path_factory, name, **kwargs)
+        yield h
+        h.stop()
+
+    return host
 
 
 def raw(port, data, timeout=5.0, shut=False):

@@ -81,9 +81,13 @@ def test_alive(host):
 
 def test_info_sections(host):
     info = get(host, "/api/v1/system/info").json()
-    for section in ("uptime", "wifi", "ap", "esp", "heap", "meter", "clock", "supervisor"):
+    for section in ("uptime", "wifi", "ap", "esp", "heap", "meter", "clock", "supervisor", "modbus", "ota"):
         for e in info[section]:
             assert set(e) == {"name", "value", "unit"}
+    assert info["features_off"] == []                     # every feature wired (tests/test_features.py: when not)
+    ota = {e["name"]: e["value"] for e in info["ota"]}
+    assert ota["update_available"] is False and ota["state"] in ("idle", "checking", "verifying")
+    assert {e["name"] for e in info["meter"]} >= {"age_s", "stale", "state"}
     esp = {e["name"]: e["value"] for e in info["esp"]}
     assert esp["esp_id"] == "024d50000001"  # last 12 hex digits of the stand-in MAC
     assert esp["os_version"] == get(host, "/api/v1/system/alive").json()["version"]

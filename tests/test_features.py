@@ -115,12 +115,3 @@ def test_a_feature_out_of_memory_at_start_stays_off_and_the_rest_runs(tmp_path):
         assert h.log().count("Meter Plus up") == 1                 # no restart loop
     finally:
         h.stop()
-
-
-def test_all_features_on_report_nothing_off():
-    import json
-
-    from services.system.routes import info_json
-
-    doc = json.loads(info_json([("features_off", [])]))
-    assert doc == {"features_off": []}

@@ -101,3 +101,16 @@ def test_with_authentication_on_it_needs_the_read_token(tmp_path):
         assert os.path.exists(drive / "tokens.json")
     finally:
         h.stop()
+
+
+def test_label_values_are_escaped_so_the_parser_reads_them_back():
+    from services.metrics.exposition import device_lines
+
+    out = []
+    odd = 'a"b\\c\nd'
+    device_lines(out, odd, 1, None, None, None, False, "CONNECTING", 0, [(odd, 3)])
+    fams = _families("".join(out))
+    assert fams["meterplus_info"].samples[0].labels["device_id"] == odd
+    assert fams["meterplus_poll_worst_ms"].samples[0].labels["module"] == odd
+    assert fams["meterplus_mqtt_connected"].samples[0].value == 0
+    assert "meterplus_heap_free_bytes" not in fams and "meterplus_wifi_rssi_dbm" not in fams   # unknown: absent

@@ -8,19 +8,14 @@ import os
 
 import pytest
 
-from tests.test_api_harness import start_host
-from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from tests.test_api_harness import host_fixture, start_host
+from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+pytestmark = WEB_MARKS
 TOKEN = "0123456789abcdef" * 4
 
 
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    h = start_host(tmp_path_factory, "web-a11y")
-    yield h
-    h.stop()
+device = host_fixture("web-a11y")
 
 
 @pytest.fixture(scope="module")

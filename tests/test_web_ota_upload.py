@@ -4,15 +4,12 @@ archive whose signature the device does not trust is refused with the device's w
 
 import os
 
-import pytest
-
 from tests.hostproc import HostProcess
 from tests.ota_server import make_release, pubkey_file
 from tests.test_ota_host import ntp, pub, running_version  # noqa: F401  (fixtures)
-from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+pytestmark = WEB_MARKS
 
 
 def _archive(tmp_path, folder, version, changes=None, key=None):
@@ -36,15 +33,21 @@ def _device(tmp_path, ntp):  # noqa: F811
                                                  pubkey_file(str(tmp_path))], settings={"ota": {"url": ""}}).start()
 
 
+def _upload(browser, h, archive):  # noqa: F811
+    """The System page with archive chosen in the update-from-file box (its confirmation accepted)."""
+    page = _page(browser)
+    page.goto(h.url + "/#/system")
+    page.on("dialog", lambda d: d.accept())
+    page.locator("[data-test=ota-file]").set_input_files(str(archive))
+    return page
+
+
 def test_an_update_from_a_file_installs_and_the_page_comes_back(browser, tmp_path, pub, ntp):  # noqa: F811
     folder, server = pub
     archive = _archive(tmp_path, folder, "0.2.0", {"services/ota/added_in_020.py": '"""New in 0.2.0."""\n'})
     h = _device(tmp_path, ntp)
     try:
-        page = _page(browser)
-        page.goto(h.url + "/#/system")
-        page.on("dialog", lambda d: d.accept())
-        page.locator("[data-test=ota-file]").set_input_files(str(archive))
+        page = _upload(browser, h, archive)
         page.locator("[data-test=restart-wait]").wait_for(timeout=120000)   # all pieces taken, installing
         h.wait_for(lambda: running_version(h) == "0.2.0", timeout=120)
         page.wait_for_event("load", timeout=60000)                          # the waiting view reloaded the page
@@ -62,10 +65,7 @@ def test_an_untrusted_archive_is_refused_in_words_and_changes_nothing(browser, t
     archive = _archive(tmp_path, folder, "0.2.0", key=Ed25519PrivateKey.generate())
     h = _device(tmp_path, ntp)
     try:
-        page = _page(browser)
-        page.goto(h.url + "/#/system")
-        page.on("dialog", lambda d: d.accept())
-        page.locator("[data-test=ota-file]").set_input_files(str(archive))
+        page = _upload(browser, h, archive)
         refusal = page.locator("[data-test=ota-upload] .msg.err")
         refusal.wait_for(timeout=60000)
         assert "signature" in refusal.inner_text().lower() or "signatur" in refusal.inner_text().lower()

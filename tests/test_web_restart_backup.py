@@ -3,22 +3,12 @@ once the device answers again; settings download as a backup without secrets and
 and the access point alone; a file that is no backup, or one with a bad value, changes nothing."""
 
 import json
-import os
 
-import pytest
+from tests.test_api_harness import host_fixture
+from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
-from tests.test_api_harness import start_host
-from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
-
-
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    h = start_host(tmp_path_factory, "web-restart-backup")
-    yield h
-    h.stop()
+pytestmark = WEB_MARKS
+device = host_fixture("web-restart-backup")
 
 
 def test_restart_waits_for_the_device_and_reloads_by_itself(browser, device):  # noqa: F811

@@ -1,22 +1,13 @@
 """The status strip (issue 20 point 3), in Chromium: meter, WiFi, MQTT, Modbus, clock and a found update at a
 glance on every page, in words, from the one /system/info the shell polls every 20 s."""
 
-import os
-
 import pytest
 
-from tests.test_api_harness import start_host
-from tests.test_web_ui import CHROMIUM, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from tests.test_api_harness import host_fixture
+from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
-
-
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    h = start_host(tmp_path_factory, "web-status")
-    yield h
-    h.stop()
+pytestmark = WEB_MARKS
+device = host_fixture("web-status")
 
 
 def _chip(page, name):
@@ -76,12 +67,7 @@ def test_one_info_request_per_20_s_serves_the_strip_and_the_dashboard(browser, d
     page.context.close()
 
 
-@pytest.fixture(scope="module")
-def fast(tmp_path_factory):
-    """A quarter hour of history per second."""
-    h = start_host(tmp_path_factory, "web-today", args=("--speed", "900"))
-    yield h
-    h.stop()
+fast = host_fixture("web-today", args=("--speed", "900"))   # a quarter hour of history per second
 
 
 def _num_de(text):

@@ -2,23 +2,12 @@
 overrides it on this browser (kept across reloads), and the dark colours keep WCAG contrast (text 4.5:1, field
 borders and the focus ring 3:1)."""
 
-import os
-
-import pytest
-
-from tests.test_api_harness import start_host
+from tests.test_api_harness import host_fixture
 from tests.test_web_a11y import _background, _contrast
-from tests.test_web_ui import CHROMIUM, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from tests.test_web_ui import WEB_MARKS, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
-
-
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    h = start_host(tmp_path_factory, "web-theme")
-    yield h
-    h.stop()
+pytestmark = WEB_MARKS
+device = host_fixture("web-theme")
 
 
 def _page(browser, scheme):  # noqa: F811

@@ -22,8 +22,10 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+# Every browser test module: slow (starts the host runtime), and skipped where no Chromium is installed.
+WEB_MARKS = [pytest.mark.slow,
+             pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
+pytestmark = WEB_MARKS
 sync_api = pytest.importorskip("playwright.sync_api")
 
 

@@ -1,11 +1,11 @@
 """API tokens: a READ and a WRITE token kept as SHA-256 hashes on the flash, renewed in two phases."""
 
 import binascii
-import hashlib
 import os
 
 from core.elapsed import fresh
 from core.json_store import read_json_file, write_atomic
+from core.sha256 import new_sha256
 
 OPEN = 0
 READ = 1
@@ -17,17 +17,14 @@ TOKEN_BYTES = 32     # 256 bits from the hardware RNG, sent as 64 hex digits
 
 
 def digest(text):
-    """SHA-256 digest (32 bytes) of a string (CircuitPython: hashlib.new only)."""
-    data = text.encode() if isinstance(text, str) else bytes(text)
-    try:
-        h = hashlib.new("sha256", data)
-    except AttributeError:  # MicroPython's unix/wasm ports spell it hashlib.sha256
-        h = hashlib.sha256(data)
+    """SHA-256 digest (32 bytes) of a string."""
+    h = new_sha256()
+    h.update(text.encode() if isinstance(text, str) else bytes(text))
     return h.digest()
 
 
 def sha256_hex(text):
-    """Hex SHA-256 of a string, as stored in the token file (no hexdigest on CircuitPython)."""
+    """Hex SHA-256 of a string, as stored in the token file."""
     return binascii.hexlify(digest(text)).decode()
 
 

@@ -353,16 +353,17 @@ class OtaService(Module):
             self._download_step(now_ms)
         elif self.phase == IDLE:
             self._schedule(now_ms)
-            if self.phase == IDLE and self._req is None and self._upload is None and not self.keep_parts:
-                self._release_parts()
+            if mf is not None and self.phase == IDLE and self._req is None and self._upload is None \
+                    and not self.keep_parts:
+                self._release_parts()   # once per piece of work, not every idle poll
 
     def _release_parts(self):
         """Let the check/install/upload code go while nothing uses it (the next check imports it again)."""
         self._keys = None
         self._sink = self._sig_sink = None
         self._writer = self._hasher = None
-        if release_parts():
-            self.count("parts_released")
+        release_parts()
+        self.count("parts_released")
 
     def _schedule(self, now):
         if self._checked_at is None and self._check_at is None:
