@@ -145,6 +145,21 @@ def _check_history(host, first_day, last_day):
     return len(quarters), missing, mismatched, marked
 
 
+def _sample(host, sim, samples, last_uptime, report):
+    """Append one (simulated s, rss KB, fds, uptime s) sample; return the uptime seen and 1 if it went back."""
+    status, info, _h = host.get("/api/v1/system/info")
+    uptime = _info_value(info, "uptime", "uptime") if status == 200 else None
+    went_back = 0
+    if uptime is not None:
+        went_back = 1 if uptime < last_uptime else 0
+        last_uptime = uptime
+    rss, fds = _proc_figures(host.proc.pid)
+    samples.append((int(sim() - EPOCH0), rss, fds, uptime))
+    if len(samples) % 24 == 1:
+        report("  day %5.1f  rss %6d KB  fds %3d  uptime %s s" % ((sim() - EPOCH0) / 86400.0, rss, fds, uptime))
+    return last_uptime, went_back
+
+
 def run(days, speed, work, report=print):
     """Run the soak for `days` simulated days at `speed`; return a dict of findings."""
     sim = scaled_clock(float(speed), EPOCH0)
@@ -189,21 +204,15 @@ def run(days, speed, work, report=print):
             now = time.monotonic()
             if now >= next_sample:
                 next_sample = now + 5.0
-                status, info, _h = host.get("/api/v1/system/info")
-                uptime = _info_value(info, "uptime", "uptime") if status == 200 else None
-                if uptime is not None:
-                    if uptime < last_uptime:
-                        uptime_back += 1
-                    last_uptime = uptime
-                rss, fds = _proc_figures(host.proc.pid)
-                samples.append((int(sim() - EPOCH0), rss, fds, uptime))
-                if len(samples) % 24 == 1:
-                    report("  day %5.1f  rss %6d KB  fds %3d  uptime %s s"
-                           % ((sim() - EPOCH0) / 86400.0, rss, fds, uptime))
+                last_uptime, went_back = _sample(host, sim, samples, last_uptime, report)
+                uptime_back += went_back
             if host.proc.poll() is not None:
                 break
             time.sleep(1.0)
         alive = host.proc.poll() is None
+        if alive:       # the run's last figures are taken at its end, not up to 5 s (hours simulated) before it
+            last_uptime, went_back = _sample(host, sim, samples, last_uptime, report)
+            uptime_back += went_back
         first = datetime.datetime.fromtimestamp(EPOCH0, datetime.timezone.utc).date()
         last = datetime.datetime.fromtimestamp(int(sim()), datetime.timezone.utc).date()
         quarters, missing, mismatched, marked = _check_history(host, first, last) if alive else (0, [(0, -1)], [], 0)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.test_web_ui import CHROMIUM, _page, browser, fast, shots  # noqa: F401  (fixtures)
+from tests.test_web_ui import CHROMIUM, _page, browser, fast, fetch_through, shots  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
@@ -72,7 +72,7 @@ def test_the_outage_table_in_both_languages(browser, fast, shots, lang, expect):
     page = _page(browser)
 
     def in_language(route):             # the page follows the device's language.active
-        resp = route.fetch()
+        resp = fetch_through(route)
         doc = resp.json()
         doc["language"]["active"] = lang
         route.fulfill(response=resp, json=doc)

@@ -80,6 +80,18 @@ def _page(browser, width=1200, height=900, csp=False):
     return page
 
 
+def fetch_through(route, tries=3):
+    """route.fetch() as the page's own GET would: the device sheds a newcomer while both of its connection slots
+    are answering (a page opening fires several requests at once), and a dropped GET is asked again (api.js)."""
+    for attempt in range(tries):
+        try:
+            return route.fetch()
+        except sync_api.Error:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.3 * (attempt + 1))
+
+
 def _no_external(page, host):
     """Every request the page made went to the device."""
     seen = []
@@ -107,7 +119,7 @@ def test_dashboard_shows_the_values_of_history_latest(browser, live, shots):
         if answers:
             route.fulfill(**answers[0][1])
             return
-        resp = route.fetch()
+        resp = fetch_through(route)
         if resp.status == 200:  # a device just started can answer 204 (no fresh reading) first
             answers.append((resp.json(), dict(status=200, headers=resp.headers, body=resp.body())))
         route.fulfill(response=resp)
@@ -610,13 +622,13 @@ def test_system_page_shows_info_led_logs_and_ota(browser, fast):
     page.goto(fast.url + "/#/system")
     page.locator("[data-test=info-esp]").wait_for()
     assert "esp_id" in page.locator("[data-test=info-esp]").inner_text()
+    # Each section has its own request (one may be asked again after the device shed it): wait, then count.
+    page.locator("[data-test=led] .swatch").first.wait_for()
     assert page.locator("[data-test=led] .swatch").count() == 1
     page.get_by_role("button", name="Laden").nth(1).click()
     table = page.locator("[data-test=log-ram] table")
-    table.wait_for()
+    table.locator("tbody tr").first.wait_for()
     assert table.locator("th").all_inner_texts() == ["uptime_s", "level", "message"]
-    ram = fast.get("/api/v1/logs/ram")[1].decode().strip().splitlines()
-    assert table.locator("tbody tr").count() >= min(len(ram) - 1, 1)
     page.get_by_role("button", name="Laden").first.click()
     page.locator("[data-test=log-persistent] table").wait_for()
     page.get_by_role("button", name="Auf Update prüfen").click()
@@ -674,6 +686,36 @@ def test_unreachable_device_shows_no_old_values(browser, live):
     page.unroute("**/api/v1/**")
     page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')",
                            timeout=15000)
+    page.context.close()
+
+
+def test_a_dropped_get_is_asked_again_a_dropped_post_is_not(browser, plain):
+    """The device sheds a newcomer while both connection slots answer: the page asks a GET again (twice at most)
+    and shows the settings; a POST whose connection dropped is reported, never sent a second time."""
+    page = _page(browser)
+    seen = {"GET": 0, "POST": 0}
+
+    def drop_first_two(route):
+        method = route.request.method
+        seen[method] = seen.get(method, 0) + 1
+        if method == "POST" or seen["GET"] <= 2:
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    name = _get_setting(plain, "device_name")
+    page.route("**/api/v1/settings", drop_first_two)
+    page.goto(plain.url + "/#/settings")
+    page.locator("#s-general").wait_for()
+    page.wait_for_function("(document.querySelector('#f-device_name') || {}).value === %s" % json.dumps(name))
+    assert seen["GET"] >= 3                # the shell (language) and the form each ask for the settings
+    form = page.locator("#s-general")
+    _fill(form, "device_name", name + "x")
+    form.get_by_role("button", name="Speichern", exact=True).click()
+    form.get_by_text("Gerät nicht erreichbar").first.wait_for(timeout=10000)
+    page.wait_for_timeout(1500)
+    assert seen["POST"] == 1
+    assert _get_setting(plain, "device_name") == name
     page.context.close()
 
 

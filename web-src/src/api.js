@@ -51,6 +51,13 @@ export async function api(path, opts = {}) {
     try {
       r = await fetch('/api/v1' + path, { method, headers, body: payload, cache: 'no-store' });
     } catch (e) {
+      // The device sheds a newcomer while both of its connection slots are answering (a page opening fires
+      // several requests at once): a GET changes nothing, so it is asked again shortly, twice at most. A POST
+      // is not repeated; whether it arrived cannot be known here.
+      if (method === 'GET' && attempt < 2) {
+        await sleep(300 * (attempt + 1));
+        continue;
+      }
       emit('offline', true);
       throw new ApiError(0, null);
     }
