@@ -285,8 +285,18 @@ def test_auth_off_needs_no_token_and_cannot_be_switched_on_without_tokens(tmp_pa
         body = is_error(post(h, "/api/v1/settings", {"api_auth_required": True}), 400)
         assert "api_auth_required" in body["fields"]
         assert get(h, "/api/v1/settings").json()["api_auth_required"] is False
+        # /system/info says whether a pair exists, so the page offers the switch only then.
+        assert _settings_info(h)["tokens_set"] is False
+        g = post(h, "/api/v1/auth/tokens/generate").json()
+        assert _settings_info(h)["tokens_set"] is False                       # pending is not set
+        post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": g["pending"]["token_write"]})
+        assert _settings_info(h) == {"load_errors": 0, "damaged": False, "auth_required": False, "tokens_set": True}
     finally:
         h.stop()
+
+
+def _settings_info(h):
+    return {e["name"]: e["value"] for e in get(h, "/api/v1/system/info").json()["settings"]}
 
 
 def _first_tokens(h):

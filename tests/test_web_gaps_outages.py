@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.test_web_ui import CHROMIUM, _page, browser, fast, fetch_through, shots  # noqa: F401  (fixtures)
+from tests.test_web_ui import CHROMIUM, _page, browser, fast, shots  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium missing (make test installs it)")]
@@ -70,14 +70,7 @@ OUTAGES = {"outages": [
     ("en", ["Power cut", "1 h 28 min", "unknown", "Update rolled back", "Restart (web interface/API)", "40 s"])])
 def test_the_outage_table_in_both_languages(browser, fast, shots, lang, expect):  # noqa: F811
     page = _page(browser)
-
-    def in_language(route):             # the page follows the device's language.active
-        resp = fetch_through(route)
-        doc = resp.json()
-        doc["language"]["active"] = lang
-        route.fulfill(response=resp, json=doc)
-
-    page.route("**/api/v1/settings", in_language)
+    page.add_init_script("localStorage.setItem('mp.lang', %r)" % lang)   # the footer's switch, kept in the browser
     page.route("**/api/v1/system/outages", lambda route: route.fulfill(
         status=200, content_type="application/json", body=json.dumps(OUTAGES)))
     page.goto(fast.url + "/#/system")

@@ -48,7 +48,7 @@ def test_backup_downloads_without_secrets_and_restores_all_but_the_network(brows
               "wifi": {"primary": {"ssid": "HostNetwork"}}}
     assert device.post("/api/v1/settings", before)[0] == 200
     page = _page(browser)
-    page.goto(device.url + "/#/settings")
+    page.goto(device.url + "/#/settings/backup")
     box = page.locator("[data-test=backup]")
     box.wait_for()
     with page.expect_download() as dl:
@@ -72,7 +72,7 @@ def test_backup_downloads_without_secrets_and_restores_all_but_the_network(brows
 
 def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, device, tmp_path):  # noqa: F811
     page = _page(browser)
-    page.goto(device.url + "/#/settings")
+    page.goto(device.url + "/#/settings/backup")
     page.locator("[data-test=backup]").wait_for()
     before = device.get("/api/v1/settings")[1]
     _restore(page, tmp_path, "{not json", "keine Meter-Plus-Sicherung", "broken.json")

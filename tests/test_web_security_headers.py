@@ -85,7 +85,7 @@ def test_the_page_runs_under_its_policy_and_no_other_site_can_frame_it(browser, 
     page.goto(device.url + "/")
     page.get_by_role("link", name="Verlauf").wait_for()
     page.goto(device.url + "/#/system")
-    page.locator("[data-test=info-esp]").wait_for()           # API calls work under connect-src 'self'
+    page.locator("[data-test=overview]").wait_for()           # API calls work under connect-src 'self'
     assert not [c for c in console if "Content Security Policy" in c], console
     assert page.errors == []
     page.context.close()

@@ -287,6 +287,10 @@ FORMS = {
 }
 
 
+STATIC = {"wifiPrimary": {"ip": "192.168.1.50", "subnet": "255.255.255.0", "gateway": "192.168.1.1"},
+          "wifiSecondary": {"ip": "10.0.0.50", "subnet": "255.255.255.0", "gateway": "10.0.0.1"}}
+
+
 def _get_setting(host, key):
     node = host.get("/api/v1/settings")[1]
     for part in key.split("."):
@@ -302,19 +306,34 @@ def _fill(form, key, value):
         field.fill(value)
 
 
-def _settings_page(browser, host, width=1200):
+def _settings_page(browser, host, width=1200, section="general"):
+    """The settings page opened at one section (#/settings/<section>), its time zones loaded."""
     page = _page(browser, width)
-    page.goto(host.url + "/#/settings")
-    page.locator("#s-general").wait_for()
+    page.goto(host.url + "/#/settings/" + section)
+    page.locator("#s-" + section).wait_for()
     page.wait_for_function("document.querySelectorAll('#f-timezone option').length > 100")  # zones loaded
     return page
+
+
+def _tab(page, section):
+    """Open another section of the settings page by its tab; its form, now shown."""
+    page.locator("[data-test=tab-%s]" % section).click()
+    form = page.locator("#s-" + section)
+    form.wait_for()
+    return form
 
 
 @pytest.mark.parametrize("section", list(FORMS))
 def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, plain, section):
     key, good, stored, bad = FORMS[section]
-    page = _settings_page(browser, plain)
+    page = _settings_page(browser, plain, section=section)
     form = page.locator("#s-" + section)
+    if section in STATIC:       # the address fields show (and are needed) only with static IP ticked
+        prefix = key.rsplit(".", 1)[0] + "."
+        form.locator('[name="%sstatic_ip"]' % prefix).check()
+        for k, v in STATIC[section].items():
+            if prefix + k != key:
+                _fill(form, prefix + k, v)
     before = plain.get("/api/v1/settings")[1]
 
     # A value the device refuses (sent past the page's own check): its reason shows next to the field.
@@ -345,9 +364,52 @@ def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, pla
     assert resp.value.status == 200, resp.value.text()
     form.locator(".msg.ok").wait_for()
     assert _get_setting(plain, key) == stored
+    if "." in key:
+        assert key not in form.locator(".msg.ok").inner_text()        # keys are named in words, not raw
     if section.startswith("wifi") or section == "ap":
         assert "Neustart" in form.locator(".msg.ok").inner_text()
         assert form.get_by_role("button", name="Jetzt neu starten").count() == 1
+    if section in STATIC:
+        assert plain.post("/api/v1/settings", {key.rsplit(".", 1)[0] + ".static_ip": False})[0] == 200
+    assert page.errors == []
+    page.context.close()
+
+
+def test_sections_save_on_their_own_and_keep_the_other_edits(browser, plain, shots):
+    """One section at a time behind tabs (linkable); saving one keeps unsaved edits elsewhere (marked on their tab)
+    and its own message; the static address shows only with static IP; the AP section says whether the AP runs."""
+    page = _settings_page(browser, plain)
+    assert page.locator("form.section:visible").count() == 1
+    name = _get_setting(plain, "device_name")
+    page.locator('#s-general [name="device_name"]').fill(name + " neu")
+    page.locator("[data-test=tab-general]").get_by_label("ungespeicherte Änderungen").wait_for()
+    meter = _tab(page, "meter")
+    assert page.locator("#s-general").is_hidden() and page.url.endswith("#/settings/meter")
+    meter.locator('[name="ctRatio"]').fill("3")
+    meter.get_by_role("button", name="Speichern", exact=True).click()
+    meter.locator(".msg.ok").wait_for()
+    assert "Wandlerfaktor" in meter.locator(".msg.ok").inner_text()         # applied now, in words
+    assert _get_setting(plain, "ctRatio") == 3 and _get_setting(plain, "device_name") == name
+    general = _tab(page, "general")
+    assert general.locator('[name="device_name"]').input_value() == name + " neu"   # the edit survived the reload
+    page.go_back()
+    page.locator("#s-meter .msg.ok").wait_for()                               # back: the meter, its message kept
+    general = _tab(page, "general")
+    general.get_by_role("button", name="Speichern", exact=True).click()
+    general.locator(".msg.ok").wait_for()
+    assert _get_setting(plain, "device_name") == name + " neu"
+    assert page.locator("[data-test=tab-general]").get_by_label("ungespeicherte Änderungen").count() == 0
+
+    wifi = _tab(page, "wifiPrimary")
+    assert wifi.locator('[name="wifi.primary.ip"]').count() == 0             # static IP off: no address fields
+    wifi.locator('[name="wifi.primary.static_ip"]').check()
+    for k in ("ip", "subnet", "gateway", "dns"):
+        wifi.locator('[name="wifi.primary.%s"]' % k).wait_for()
+    ap = _tab(page, "ap")
+    assert "läuft gerade" in ap.locator("[data-test=ap-now]").inner_text()  # the fresh drive's AP is up
+    assert "Dauerhaft an" in ap.inner_text()
+    page.screenshot(path=os.path.join(shots, "settings-tabs.png"), full_page=True)
+    assert plain.post("/api/v1/settings", {"device_name": name, "ctRatio": 1})[0] == 200
     assert page.errors == []
     page.context.close()
 
@@ -362,19 +424,19 @@ def test_the_page_checks_the_rules_before_sending(browser, plain):
         form.locator('[name="%s"]' % key).fill(value)
         form.get_by_role("button", name="Speichern", exact=True).click()
         assert text in form.locator("#f-%s-err" % key.replace(".", "-")).inner_text()
-    meter = page.locator("#s-meter")
+    meter = _tab(page, "meter")
     for value in ("0,5", "2,55", "abc", "10001"):
         meter.locator('[name="ctRatio"]').fill(value)
         meter.get_by_role("button", name="Speichern", exact=True).click()
         assert "0,1" in meter.locator("#f-ctRatio-err").inner_text()
     assert meter.locator('[name="medianFilterSize"] option').all_inner_texts() == ["Aus", "3", "5", "7", "9"]
-    wifi = page.locator("#s-wifiPrimary")
+    wifi = _tab(page, "wifiPrimary")
     wifi.locator('[name="wifi.primary.password"]').fill("x" * 64)
     wifi.locator('[name="wifi.primary.static_ip"]').check()
     wifi.get_by_role("button", name="Speichern", exact=True).click()
     assert "63" in wifi.locator("#f-wifi-primary-password-err").inner_text()
     assert wifi.locator("#f-wifi-primary-ip-err").inner_text() == "erforderlich"
-    ap = page.locator("#s-ap")
+    ap = _tab(page, "ap")
     ap.locator('[name="accessPoint.password"]').fill("short")
     ap.get_by_role("button", name="Speichern", exact=True).click()
     assert "8" in ap.locator("#f-accessPoint-password-err").inner_text()
@@ -384,15 +446,19 @@ def test_the_page_checks_the_rules_before_sending(browser, plain):
 
 
 def test_ssid_change_with_empty_password_asks_first(browser, plain):
-    page = _settings_page(browser, plain)
+    """The confirmation says what will happen: with no password stored, the device joins an open network; with one
+    stored, that one is used for the new SSID."""
+    assert not _get_setting(plain, "wifi.secondary.password_set")
+    page = _settings_page(browser, plain, section="wifiSecondary")
     asked = []
-    answers = [False, True]
+    answers = [False, True, True]
     page.on("dialog", lambda d: (asked.append(d.message), d.accept() if answers.pop(0) else d.dismiss()))
     form = page.locator("#s-wifiSecondary")
     form.locator('[name="wifi.secondary.ssid"]').fill("Nachbar")
     with page.expect_event("dialog"):
         form.get_by_role("button", name="Speichern", exact=True).click()
-    assert len(asked) == 1 and "Nachbar" in asked[0] and "bisherige Passwort" in asked[0]
+    assert len(asked) == 1 and "Nachbar" in asked[0] and "ohne Passwort" in asked[0], asked
+    assert "bisherige" not in asked[0]                                   # none is stored
     assert _get_setting(plain, "wifi.secondary.ssid") != "Nachbar"     # declined: nothing sent
     form.get_by_role("button", name="Speichern", exact=True).click()
     form.locator(".msg.ok").wait_for()
@@ -400,10 +466,22 @@ def test_ssid_change_with_empty_password_asks_first(browser, plain):
     assert _get_setting(plain, "wifi.secondary.ssid") == "Nachbar"
     page.context.close()
 
+    assert plain.post("/api/v1/settings", {"wifi.secondary.password": "geheim-123"})[0] == 200
+    page = _settings_page(browser, plain, section="wifiSecondary")
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
+    form = page.locator("#s-wifiSecondary")
+    form.locator('[name="wifi.secondary.ssid"]').fill("Nachbar2")
+    with page.expect_event("dialog"):
+        form.get_by_role("button", name="Speichern", exact=True).click()
+    assert "bisherige Passwort" in asked[-1], asked
+    form.locator(".msg.ok").wait_for()
+    assert _get_setting(plain, "wifi.secondary.password_set") is True
+    page.context.close()
+
 
 def test_a_scanned_network_can_be_picked_for_the_ssid(browser, plain, shots):
     """The setup page lists the networks the device's radio scanned (/system/wifi_scan) and fills the SSID."""
-    page = _settings_page(browser, plain)
+    page = _settings_page(browser, plain, section="wifiPrimary")
     form = page.locator("#s-wifiPrimary")
     form.locator('[data-test="scan"]').click()
     nets = form.locator("ul.nets li")
@@ -419,7 +497,7 @@ def test_a_scanned_network_can_be_picked_for_the_ssid(browser, plain, shots):
 
 def test_ap_protection_without_password_asks_first(browser, plain):
     assert not _get_setting(plain, "accessPoint.password_set")
-    page = _settings_page(browser, plain)
+    page = _settings_page(browser, plain, section="ap")
     asked = []
     answers = [False, True]
     page.on("dialog", lambda d: (asked.append(d.message), d.accept() if answers.pop(0) else d.dismiss()))
@@ -442,7 +520,7 @@ def test_ap_protection_without_password_asks_first(browser, plain):
 
 
 def test_mqtt_ca_upload_and_delete(browser, plain, certs):
-    page = _settings_page(browser, plain)
+    page = _settings_page(browser, plain, section="mqtt")
     box = page.locator("#s-mqtt")
     box.locator("[data-test=ca]").get_by_text("Kein eigenes Zertifikat").wait_for()
     box.locator("input[type=file]").set_input_files(certs["ca.crt"])
@@ -456,23 +534,40 @@ def test_mqtt_ca_upload_and_delete(browser, plain, certs):
     page.context.close()
 
 
-def test_language_follows_the_device_setting(browser, plain, shots):
-    page = _settings_page(browser, plain)
-    form = page.locator("#s-general")
-    form.locator('[name="language.active"]').select_option("en")
-    form.get_by_role("button", name="Speichern", exact=True).click()
+def test_language_follows_the_browser_not_the_device(browser, plain, shots):
+    """The interface speaks the browser's language; the switch in the footer is kept in this browser; the device's
+    language.active (the language of the API's and MQTT's values) changes nobody's interface."""
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900}, locale="en-US", bypass_csp=True)
+    page = ctx.new_page()
+    page.goto(plain.url + "/#/settings")
     page.get_by_role("link", name="Settings").wait_for()
     assert page.locator("html").get_attribute("lang") == "en"
-    page.screenshot(path=os.path.join(shots, "settings-en.png"), full_page=True)
-    fresh = _page(browser)
-    fresh.goto(plain.url + "/")
-    fresh.get_by_role("link", name="Dashboard").wait_for()
-    fresh.get_by_text("Import total").wait_for()
-    form.locator('[name="language.active"]').select_option("de")
-    form.get_by_role("button", name="Save", exact=True).click()
+    assert _get_setting(plain, "language.active") == "de"            # the device's setting says German
+    page.locator("[data-test=lang]").click()                            # "Deutsch"
     page.get_by_role("link", name="Einstellungen").wait_for()
-    page.context.close()
-    fresh.context.close()
+    assert page.locator("html").get_attribute("lang") == "de"
+    page.reload()
+    page.get_by_role("link", name="Einstellungen").wait_for()          # kept in this browser
+
+    # The device's language set to English from this German interface: this interface stays German, and so does
+    # a German browser's; the API's names follow the setting.
+    form = page.locator("#s-general")
+    form.locator("#f-timezone option").nth(100).wait_for(state="attached")
+    form.locator('[name="language.active"]').select_option("en")
+    form.get_by_role("button", name="Speichern", exact=True).click()
+    form.locator(".msg.ok").wait_for()
+    assert _get_setting(plain, "language.active") == "en"
+    page.wait_for_timeout(500)
+    assert page.locator("html").get_attribute("lang") == "de"
+    german = _page(browser)
+    german.goto(plain.url + "/")
+    german.get_by_role("link", name="Einstellungen").wait_for()
+    page.screenshot(path=os.path.join(shots, "settings-de-device-en.png"), full_page=True)
+    form.locator('[name="language.active"]').select_option("de")
+    form.get_by_role("button", name="Speichern", exact=True).click()
+    form.locator(".msg.ok").wait_for()
+    ctx.close()
+    german.context.close()
 
 
 # --- security ---
@@ -484,9 +579,21 @@ def secured(tmp_path_factory):
     h.stop()
 
 
-def test_token_rotation_then_authentication_on(browser, secured, shots):
-    page = _page(browser)
+def test_token_rotation_then_authentication_on(browser, secured, shots, tmp_path):
+    """The humane login: create the pair (copy, file, remember), switch authentication on only then; a new browser
+    is told a wrong token plainly, signs in from the token file, and the edit that needed the WRITE token is sent
+    after the token is given, without typing it again."""
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900}, accept_downloads=True, locale="de-DE",
+                              bypass_csp=True)
+    ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=secured.url)
+    page = ctx.new_page()
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
     page.goto(secured.url + "/#/security")
+    # No pair yet: the switch is not offered, the page says what comes first.
+    page.locator("[data-test=pair-first]").wait_for()
+    assert page.get_by_role("button", name="Einschalten").is_disabled()
+
     page.get_by_role("button", name="Neue Tokens erzeugen").first.click()
     pending = page.locator("[data-test=pending]")
     pending.wait_for()
@@ -497,6 +604,16 @@ def test_token_rotation_then_authentication_on(browser, secured, shots):
     page.wait_for_timeout(1600)
     later = int(re.search(r"\d+", page.locator("[data-test=countdown]").inner_text()).group(0))
     assert 55 <= first <= 60 and later < first
+    page.get_by_role("button", name="Kopieren: WRITE-Token").click()
+    page.get_by_role("button", name="Kopiert: WRITE-Token").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == write_token
+    with page.expect_download() as dl:
+        page.locator("[data-test=token-file]").click()
+    token_file = str(tmp_path / "meterplus-tokens.txt")
+    dl.value.save_as(token_file)
+    text = open(token_file, encoding="utf-8").read()
+    assert "READ: " + read_token in text and "WRITE: " + write_token in text
+    page.get_by_label("In diesem Browser merken").check()
     page.screenshot(path=os.path.join(shots, "security-pending.png"), full_page=True)
     page.get_by_role("button", name="Tokens bestätigen").click()
     page.get_by_text("Neue Tokens aktiv").wait_for()
@@ -506,42 +623,67 @@ def test_token_rotation_then_authentication_on(browser, secured, shots):
     page.get_by_text("Anmeldung ist eingeschaltet.").wait_for()
     assert secured.get("/api/v1/settings")[0] == 401
     assert secured.get("/")[0] == 200                    # the page itself loads without a token
-    assert page.evaluate("sessionStorage.getItem('mp.token')") == write_token
-    assert page.evaluate("localStorage.getItem('mp.token')") is None
+    assert page.evaluate("localStorage.getItem('mp.token')") == write_token     # remembered, as asked
+    assert page.evaluate("sessionStorage.getItem('mp.token')") is None
+    again = ctx.new_page()                               # another tab of this browser: no prompt
+    again.goto(secured.url + "/#/settings")
+    again.locator('#s-general [name="device_name"]').wait_for()
+    assert again.locator("#tok-in").count() == 0
+    again.close()
 
-    # A new session: the page asks for a token on the first 401, keeps it for the session only.
+    # Another browser: asked on the first 401; a wrong token is called wrong; kept for the session only.
     other = _page(browser)
     other.goto(secured.url + "/")
     other.locator("#tok-in").wait_for()
-    other.fill("#tok-in", "0" * 64)                      # a wrong one: asked again
+    other.fill("#tok-in", "0" * 64)
     other.get_by_role("button", name="Anmelden").click()
-    other.locator("#tok-in").wait_for()
+    other.get_by_text("Falsches Token").wait_for()
     other.fill("#tok-in", read_token)
     other.get_by_role("button", name="Anmelden").click()
     other.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')")
     other.screenshot(path=os.path.join(shots, "dashboard-read-token.png"), full_page=True)
-    # A READ token cannot save: 403 asks for the WRITE token, which then saves.
+    # A READ token cannot save: 403 asks for the WRITE token; the READ one again is told apart; the token file
+    # signs in and the edit is sent as it was.
     other.goto(secured.url + "/#/settings")
-    other.locator("#s-general").wait_for()
-    other.locator('#s-general [name="device_name"]').fill("Mit Token")
-    other.locator("#s-general").get_by_role("button", name="Speichern", exact=True).click()
-    other.get_by_text("Diese Aktion braucht das WRITE-Token.").wait_for()
-    other.fill("#tok-in", write_token)
-    other.get_by_role("button", name="Anmelden").click()
     other.locator('#s-general [name="device_name"]').wait_for()
     other.locator('#s-general [name="device_name"]').fill("Mit Token")
     other.locator("#s-general").get_by_role("button", name="Speichern", exact=True).click()
+    other.get_by_text("Diese Aktion braucht das WRITE-Token.").wait_for()
+    other.fill("#tok-in", read_token)
+    other.get_by_role("button", name="Anmelden").click()
+    other.get_by_text("Das ist das READ-Token").wait_for()
+    other.locator("[data-test=tok-file]").set_input_files(token_file)
+    other.get_by_role("button", name="Anmelden").click()
     other.locator("#s-general .msg.ok").wait_for()
+    assert other.locator('#s-general [name="device_name"]').input_value() == "Mit Token"
     assert secured.get("/api/v1/settings", headers={"Authorization": "Bearer " + read_token})[1]["device_name"] == \
         "Mit Token"
+    assert other.evaluate("sessionStorage.getItem('mp.token')") == write_token
+    assert other.evaluate("localStorage.getItem('mp.token')") is None
 
     # Authentication off again from the page.
     page.get_by_role("button", name="Ausschalten").click()
-    page.get_by_text("Anmeldung ist ausgeschaltet").wait_for()
+    page.get_by_text("Anmeldung ist ausgeschaltet").first.wait_for()
     assert secured.get("/api/v1/settings")[0] == 200
     assert page.errors == [] and other.errors == []
-    page.context.close()
+    ctx.close()
     other.context.close()
+
+
+def test_copy_works_where_the_clipboard_api_does_not(browser, plain):
+    """http://<device address> is no secure context, so navigator.clipboard is not offered there: the copy button
+    falls back to a selected field and execCommand('copy'). (127.0.0.1 is a secure context: it is taken away.)"""
+    ctx = browser.new_context(locale="de-DE", bypass_csp=True)
+    ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=plain.url)
+    ctx.add_init_script("Object.defineProperty(window, 'isSecureContext', {value: false});")
+    page = ctx.new_page()
+    page.goto(plain.url + "/#/security")
+    page.get_by_role("button", name="Neue Tokens erzeugen").first.click()
+    read_token = page.locator("[data-test=token-read]").inner_text()
+    page.get_by_role("button", name="Kopieren: READ-Token").click()
+    page.get_by_role("button", name="Kopiert: READ-Token").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == read_token
+    ctx.close()
 
 
 # --- rate limit, two tabs ---
@@ -620,6 +762,16 @@ def test_phone_width_has_no_horizontal_scroll(browser, fast, shots, name):
 def test_system_page_shows_info_led_logs_and_ota(browser, fast):
     page = _page(browser)
     page.goto(fast.url + "/#/system")
+    # The device in words and local time; the raw tables folded away for support.
+    overview = page.locator("[data-test=overview]")
+    overview.wait_for()
+    words = overview.inner_text()
+    for part in ("Firmware", "Läuft seit", "gestartet", "Grund: Einschalten", "Meter-Plus-000001", "an, Adresse 192.168.4.1",
+                 "SML", "Telegramme", "Europe/Berlin", "KB frei"):
+        assert part in words, (part, words)
+    assert not re.search(r"\d{9,}", words)                             # no epoch seconds, no byte counts
+    assert page.locator("[data-test=info-esp]").is_hidden()
+    page.locator("[data-test=info-raw] summary").click()
     page.locator("[data-test=info-esp]").wait_for()
     assert "esp_id" in page.locator("[data-test=info-esp]").inner_text()
     # Each section has its own request (one may be asked again after the device shed it): wait, then count.

@@ -30,7 +30,7 @@ def _try(page, ssid, password):
 
 
 def test_credentials_are_tried_before_they_are_stored(browser, device, shots):  # noqa: F811
-    page = _settings_page(browser, device)
+    page = _settings_page(browser, device, section="wifiPrimary")
     box = _try(page, "HostNetwork", "wrong-password")
     box.get_by_text("Das Passwort für „HostNetwork“ ist falsch. Nichts wurde gespeichert.").wait_for()
     assert device.get("/api/v1/settings")[1]["wifi"]["primary"]["ssid"] == ""

@@ -134,7 +134,9 @@ def routes(app):
             ("esp", [_entry("esp_id", app.device_id), _entry("os_version", VERSION),
                      _entry("device_name", app.settings.get("device_name", ""))]),
             ("settings", [_entry("load_errors", app.settings.load_errors), _entry("damaged", app.settings.damaged),
-                          _entry("auth_required", bool(app.settings.get("api_auth_required", False)))]),
+                          _entry("auth_required", bool(app.settings.get("api_auth_required", False))),
+                          # a confirmed token pair exists: only then can authentication be switched on
+                          _entry("tokens_set", getattr(app, "auth", None) is not None and app.auth.configured())]),
             # Features that are not running and why (e.g. out of memory at start); empty when all run.
             ("features_off", [_entry(name, why) for name, why in sorted(getattr(app, "features_off", {}).items())]),
             ("heap", heap),

@@ -5,11 +5,27 @@ const BACKOFF = 'mp.backoff'; // shared by the tabs of this origin: when one tab
 export const bus = new EventTarget();
 const emit = (type, detail) => bus.dispatchEvent(new CustomEvent(type, { detail }));
 
-export const getToken = () => sessionStorage.getItem(TOKEN) || '';
-export function setToken(t) {
-  if (t) sessionStorage.setItem(TOKEN, t);
-  else sessionStorage.removeItem(TOKEN);
+// The token lives in this tab (sessionStorage) unless the user asked this browser to remember it (localStorage).
+export const getToken = () => sessionStorage.getItem(TOKEN) || localStorage.getItem(TOKEN) || '';
+export const remembered = () => !!localStorage.getItem(TOKEN);
+export function setToken(t, remember = false) {
+  sessionStorage.removeItem(TOKEN);
+  localStorage.removeItem(TOKEN);
+  if (t) (remember ? localStorage : sessionStorage).setItem(TOKEN, t);
   emit('token', !!t);
+}
+
+// A refused request waits here for the shell's prompt: {status, wrong} out, a token (or '' for cancel) back. Every
+// request refused meanwhile shares the one prompt, and each is sent again with the token given, so an edit that
+// needed the WRITE token is not lost.
+let asking = null;
+function askToken(status, wrong) {
+  if (!asking) {
+    asking = new Promise((resolve) => emit('auth', { status, wrong, resolve })).finally(() => {
+      asking = null;
+    });
+  }
+  return asking;
 }
 
 export class ApiError extends Error {
@@ -32,6 +48,7 @@ export function backoffLeft() {
 // the refused request was not processed, so repeating a POST is safe.
 export async function api(path, opts = {}) {
   const { method = 'GET', body, as = 'json' } = opts;
+  let given = ''; // the token the prompt gave for this request
   for (let attempt = 0; ; attempt++) {
     const wait = backoffLeft();
     if (wait > 0) await sleep(wait);
@@ -86,7 +103,12 @@ export async function api(path, opts = {}) {
     // the current one instead of prompting for a token that was already given.
     if (refused && getToken() !== t && attempt < 2) continue;
     // A 403 for a READ token asks for the WRITE token; other refusals (e.g. a cross-site check) are only shown.
-    if (refused) emit('auth', r.status);
+    // A token the user just gave and the device refused is "wrong", said so in the prompt.
+    if (refused && (await askToken(r.status, !!t && t === given))) {
+      given = getToken();
+      attempt = -1;
+      continue;
+    }
     throw new ApiError(r.status, data);
   }
 }

@@ -1,4 +1,5 @@
-// The app shell: navigation by hash, the token prompt (401/403), busy/offline banners, language from the device.
+// The app shell: navigation by hash, the token prompt (401/403), busy/offline banners, the language and theme
+// switches (kept in this browser).
 import { render } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, backoffLeft, bus, getToken, poller, setToken } from './api.js';
@@ -13,7 +14,7 @@ import { applyTheme, getTheme, html, noteInfo, sectionMap } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
 const pageOf = () => {
-  const p = location.hash.replace(/^#\/?/, '');
+  const p = location.hash.replace(/^#\/?/, '').split('/')[0]; // #/settings/mqtt: the settings page, its MQTT section
   return PAGES[p] ? p : 'dashboard';
 };
 
@@ -33,8 +34,15 @@ function trapTab(e) {
   }
 }
 
-function TokenPrompt({ status, onDone }) {
+// The token from what the user gave: a pasted or loaded token file (its WRITE line, else its READ line) or a token.
+function tokenFrom(text) {
+  const pick = (name) => (new RegExp(name + ':\\s*([0-9a-f]{64})', 'i').exec(text) || [])[1];
+  return pick('WRITE') || pick('READ') || text.trim();
+}
+
+function TokenPrompt({ ask, onDone }) {
   const [value, setValue] = useState('');
+  const [keep, setKeep] = useState(false);
   const input = useRef(null);
   useEffect(() => {
     const before = document.activeElement; // focus goes back where it was when the dialog closes
@@ -43,19 +51,26 @@ function TokenPrompt({ status, onDone }) {
   }, []);
   const submit = (e) => {
     e.preventDefault();
-    setToken(value.trim());
+    setToken(tokenFrom(value), keep);
     onDone(true);
+  };
+  const load = async (e) => {
+    const f = e.target.files[0];
+    if (f) setValue(await f.text());
   };
   const keys = (e) => {
     if (e.key === 'Escape') onDone(false);
     else trapTab(e);
   };
+  const why = ask.wrong ? (ask.status === 403 ? t('tokenReadOnly') : t('tokenWrong')) : ask.status === 403 ? t('tokenWrite') : t('tokenAsk');
   return html`<div class="overlay" onKeyDown=${keys}>
-    <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" onSubmit=${submit}>
+    <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" aria-describedby="tok-why" onSubmit=${submit}>
       <h2 id="tok-h">${t('tokenTitle')}</h2>
-      <p>${status === 403 ? t('tokenWrite') : t('tokenAsk')}</p>
-      <label for="tok-in">${status === 403 ? t('writeToken') : t('tokenTitle')}</label>
+      <p id="tok-why" class=${ask.wrong ? 'ferr' : ''} role=${ask.wrong ? 'alert' : undefined} data-test="tok-why">${why}</p>
+      <label for="tok-in">${ask.status === 403 ? t('writeToken') : t('tokenTitle')}</label>
       <input id="tok-in" ref=${input} type="password" autocomplete="off" value=${value} onInput=${(e) => setValue(e.target.value)} required />
+      <label class="file">${t('tokenFile')} <input type="file" accept=".txt,text/plain" data-test="tok-file" onChange=${load} /></label>
+      <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> ${t('remember')}</label>
       <div class="row"><button type="submit">${t('signIn')}</button>
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
     </form></div>`;
@@ -73,6 +88,13 @@ function ThemeSwitch({ onChange }) {
   };
   return html`<button type="button" class="link" data-test="theme" onClick=${next}>${t('theme_' + theme)}</button>`;
 }
+
+// Deutsch / English for this browser; the page re-renders in it.
+const LangSwitch = ({ onChange }) => {
+  const other = getLang() === 'de' ? 'en' : 'de';
+  return html`<button type="button" class="link" data-test="lang" lang=${other}
+    onClick=${() => setLang(other) && onChange()}>${other === 'de' ? 'Deutsch' : 'English'}</button>`;
+};
 
 // One chip of the status strip: a state (ok, warn, err, off) and its words.
 const Chip = ({ kind, name, children, test }) =>
@@ -126,7 +148,6 @@ function App() {
       setName(doc.device_name);
       document.title = doc.device_name;
     }
-    if (doc.language && setLang(doc.language.active)) setLangTick((x) => x + 1);
   };
   useEffect(() => {
     const onHash = () => setPage(pageOf());
@@ -170,12 +191,10 @@ function App() {
   }, [page]);
 
   const Page = PAGES[page];
+  // The refused requests wait for this answer and are sent again with the token: the page and its edits stay.
   const done = (ok) => {
+    auth.resolve(ok);
     setAuth(0);
-    if (ok) {
-      setGen(gen + 1);
-      api('/settings').then(applyDoc, () => {});
-    }
   };
   // The skip link must not change the hash: the router would read "#main" as an unknown page (the dashboard).
   const skip = (e) => {
@@ -192,8 +211,8 @@ function App() {
     ${offline && html`<p class="banner err" role="alert">${t('offline')}</p>`}
     ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
     <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
-    ${auth !== 0 && html`<${TokenPrompt} status=${auth} onDone=${done} />`}
-    <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus · <${ThemeSwitch} onChange=${() => setGen(gen + 1)} /></footer>`;
+    ${auth !== 0 && html`<${TokenPrompt} key=${auth.wrong} ask=${auth} onDone=${done} />`}
+    <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus · <${LangSwitch} onChange=${() => setLangTick((x) => x + 1)} /> · <${ThemeSwitch} onChange=${() => setGen(gen + 1)} /></footer>`;
 }
 
 // The page's copy of the settings rules, for the test that holds it against core/settings.py.

@@ -1,14 +1,40 @@
-// Security: api_auth_required on/off, two-phase token rotation (generate, show once with 60 s countdown, confirm),
-// and the token this session keeps (sessionStorage only).
-import { useEffect, useState } from 'preact/hooks';
-import { ApiError, api, getToken, setToken } from './api.js';
+// Security: two-phase token creation (generate, show, copy or download the pair, confirm within 60 s), then
+// api_auth_required on/off (offered once a pair exists), and the token this browser keeps.
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { ApiError, api, bus, download, getToken, remembered, setToken } from './api.js';
 import { t } from './i18n.js';
-import { Msg, errText, html } from './ui.js';
+import { Msg, errText, html, lastInfo, sectionMap } from './ui.js';
 
-function Rotation({ onConfirmed }) {
+// Copy a token: the Clipboard API needs a secure context, which http://<device> is not; a selected hidden field
+// and execCommand('copy') work there.
+function copy(text) {
+  if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+  const ta = document.createElement('textarea');
+  ta.value = text;
+  ta.setAttribute('readonly', '');
+  ta.style.position = 'fixed';
+  ta.style.opacity = '0';
+  document.body.appendChild(ta);
+  ta.select();
+  const ok = document.execCommand('copy');
+  ta.remove();
+  return ok ? Promise.resolve() : Promise.reject(new Error('copy'));
+}
+
+const CopyButton = ({ text, label }) => {
+  const [done, setDone] = useState(false);
+  const word = done ? t('copied') : t('copy');
+  return html`<button type="button" class="small" aria-label=${word + ': ' + label}
+    onClick=${() => copy(text).then(() => setDone(true), () => setDone(false))}>${word}</button>`;
+};
+
+function Rotation({ onConfirmed, name }) {
   const [pending, setPending] = useState(null);
   const [left, setLeft] = useState(0);
   const [msg, setMsg] = useState(null);
+  const [keep, setKeep] = useState(remembered());
+  const [saved, setSaved] = useState(false);
+  const box = useRef(null);
   useEffect(() => {
     if (!pending) return undefined;
     const id = setInterval(() => {
@@ -18,8 +44,12 @@ function Rotation({ onConfirmed }) {
     }, 250);
     return () => clearInterval(id);
   }, [pending]);
+  useEffect(() => {
+    if (pending && box.current) box.current.focus();
+  }, [pending]);
   const generate = async () => {
     setMsg(null);
+    setSaved(false);
     try {
       const r = await api('/auth/tokens/generate', { method: 'POST' });
       const until = Date.now() + (r.expires_in || 60) * 1000;
@@ -29,60 +59,80 @@ function Rotation({ onConfirmed }) {
       setMsg(['err', errText(e)]);
     }
   };
+  const file = () => {
+    download('meterplus-tokens.txt', `${name} (Meter Plus) ${new Date().toLocaleString()}\r\nREAD: ${pending.token_read}\r\nWRITE: ${pending.token_write}\r\n`, 'text/plain');
+    setSaved(true);
+  };
   const confirmPair = async () => {
     try {
       await api('/auth/tokens/confirm', { method: 'POST', body: { new_write_token: pending.token_write } });
-      setToken(pending.token_write); // the session goes on with the new WRITE token
+      setToken(pending.token_write, keep); // this browser goes on with the new WRITE token
       setPending(null);
       setMsg(['ok', t('tokensActive')]);
       onConfirmed();
     } catch (e) {
       if (e instanceof ApiError && e.status === 410) setPending(null);
-      setMsg(['err', errText(e)]);
+      setMsg(['err', e instanceof ApiError && e.status === 410 ? t('pairExpired') : errText(e)]);
     }
   };
+  const row = (label, tok, test) => html`<dt>${label}</dt><dd><code data-test=${test}>${tok}</code> <${CopyButton} text=${tok} label=${label} /></dd>`;
   return html`<div class="card"><h2>${t('rotate')}</h2>
+    <p>${t('rotateHelp')}</p>
     <div class="row"><button type="button" onClick=${generate}>${t('rotate')}</button></div>
-    ${pending && html`<div class="pending" data-test="pending">
+    ${pending && html`<div class="pending" data-test="pending" tabindex="-1" ref=${box}>
       <p><strong>${t('pending')}</strong></p>
-      <dl><dt>${t('readToken')}</dt><dd><code data-test="token-read">${pending.token_read}</code></dd>
-        <dt>${t('writeToken')}</dt><dd><code data-test="token-write">${pending.token_write}</code></dd></dl>
+      <dl>${row(t('readToken'), pending.token_read, 'token-read')}${row(t('writeToken'), pending.token_write, 'token-write')}</dl>
+      <div class="row"><button type="button" data-test="token-file" onClick=${file}>${saved ? t('fileSaved') : t('downloadPair')}</button></div>
+      <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> ${t('remember')}</label>
       <p role="timer" aria-live="off" data-test="countdown">${left > 0 ? t('expiresIn', left) : t('expired')}</p>
       <div class="row"><button type="button" disabled=${left <= 0} onClick=${confirmPair}>${t('confirmTokens')}</button></div></div>`}
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
+const tokensSet = (info) => (info ? !!sectionMap(info.settings).tokens_set : null);
+
 export function Security() {
   const [doc, setDoc] = useState(null);
   const [msg, setMsg] = useState(null);
   const [fieldErr, setFieldErr] = useState('');
+  const [paired, setPaired] = useState(tokensSet(lastInfo.value)); // null until the shell's first /system/info
   const [, setTick] = useState(0);
   const load = () => api('/settings').then(setDoc, (e) => setMsg(['err', errText(e)]));
-  useEffect(() => { load(); }, []);
+  useEffect(() => {
+    load();
+    const onInfo = (e) => setPaired((p) => p || tokensSet(e.detail));
+    bus.addEventListener('info', onInfo);
+    return () => bus.removeEventListener('info', onInfo);
+  }, []);
   const setAuth = async (on) => {
     setMsg(null);
     setFieldErr('');
     try {
       await api('/settings', { method: 'POST', body: { api_auth_required: on } });
-      setMsg(['ok', t('saved')]);
+      setMsg(['ok', on ? t('authNowOn') : t('authNowOff')]);
       load();
     } catch (e) {
-      if (e instanceof ApiError && e.fields && e.fields.api_auth_required) setFieldErr(e.fields.api_auth_required);
+      if (e instanceof ApiError && e.fields && e.fields.api_auth_required) setFieldErr(paired ? e.fields.api_auth_required : t('pairFirst'));
       setMsg(['err', errText(e)]);
     }
   };
   const on = doc && doc.api_auth_required;
+  const signOut = () => {
+    setToken('');
+    setTick((x) => x + 1);
+  };
   return html`<section aria-labelledby="h-sec">
     <h1 id="h-sec">${t('security')}</h1>
+    <${Rotation} name=${(doc && doc.device_name) || 'Meter Plus'} onConfirmed=${() => setPaired(true)} />
     <div class="card"><h2>${t('authRequired')}</h2>
       <p data-test="auth-state">${doc ? (on ? t('authOn') : t('authOff')) : '…'}</p>
+      ${doc && !on && paired === false && html`<p data-test="pair-first">${t('pairFirst')}</p>`}
       ${doc && html`<div class="row"><button type="button" id="f-api_auth_required" onClick=${() => setAuth(!on)}
-        aria-describedby=${fieldErr ? 'f-auth-err' : undefined}>${on ? t('disable') : t('enable')}</button></div>`}
+        disabled=${!on && paired === false} aria-describedby=${fieldErr ? 'f-auth-err' : undefined}>${on ? t('disable') : t('enable')}</button></div>`}
       ${fieldErr && html`<p class="ferr" id="f-auth-err" role="alert">${fieldErr}</p>`}
       ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>
-    <${Rotation} onConfirmed=${() => setTick((x) => x + 1)} />
     <div class="card"><h2>${t('tokenTitle')}</h2>
-      <p>${getToken() ? t('tokenInSession') : t('noToken')}</p>
-      ${getToken() && html`<div class="row"><button type="button" onClick=${() => { setToken(''); setTick((x) => x + 1); }}>${t('signOut')}</button></div>`}</div>
+      <p data-test="token-kept">${getToken() ? (remembered() ? t('tokenRemembered') : t('tokenInSession')) : t('noToken')}</p>
+      ${getToken() && html`<div class="row"><button type="button" onClick=${signOut}>${t('signOut')}</button></div>`}</div>
   </section>`;
 }

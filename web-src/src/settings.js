@@ -1,10 +1,10 @@
 // Settings: every key of the settings document in sections; the rules checked here first, the device's 400 fields
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
-import { useEffect, useState } from 'preact/hooks';
-import { ApiError, api, download } from './api.js';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { ApiError, api, bus, download } from './api.js';
 import { fieldLabel, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
-import { Msg, errText, getPath, html } from './ui.js';
+import { Msg, errText, getPath, html, lastInfo, sectionMap } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
@@ -71,16 +71,33 @@ function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
   return html`<div class="field"><label for=${id}>${fieldLabel(k)}</label>${input}${err}</div>`;
 }
 
-function Section({ id, keys, doc, zones, onSaved, children }) {
+// Fields that only mean something while another is on: the static address while static_ip is ticked.
+const shown = (k, vals) => {
+  const m = /^(wifi\.\w+\.)(ip|subnet|gateway|dns)$/.exec(k);
+  return !m || !!vals[m[1] + 'static_ip'];
+};
+// A key's name as people read it (the answer's applied_now/after_restart lists keys).
+const names = (list) => list.map(fieldLabel).join(', ');
+
+function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, children }) {
   const [vals, setVals] = useState(() => Object.fromEntries(keys.map((k) => [k, initial(doc, k)])));
   const [clears, setClears] = useState({});
   const [errors, setErrors] = useState({});
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
+  const base = useRef(doc); // the document vals were taken from: a value that differs is the user's edit
+  const fresh = useRef(epoch);
+  // Another section saved (the document reloads): keep this section's edits, take the rest from the new document.
+  // After this section's own save or a restored backup, take everything.
   useEffect(() => {
-    setVals(Object.fromEntries(keys.map((k) => [k, initial(doc, k)])));
-    setClears({});
-  }, [doc]);
+    const all = fresh.current !== epoch;
+    fresh.current = epoch;
+    setVals((cur) => Object.fromEntries(keys.map((k) => [k, !all && cur[k] !== initial(base.current, k) ? cur[k] : initial(doc, k)])));
+    if (all) setClears({});
+    base.current = doc;
+  }, [doc, epoch]);
+  const dirty = keys.some((k) => vals[k] !== initial(base.current, k)) || Object.values(clears).some(Boolean);
+  useEffect(() => onDirty(id, dirty), [dirty]);
 
   const onChange = (k, v) => {
     setVals({ ...vals, [k]: v });
@@ -128,17 +145,18 @@ function Section({ id, keys, doc, zones, onSaved, children }) {
     }
     for (const p of ['primary', 'secondary']) {
       const k = `wifi.${p}.ssid`;
-      if (k in patch && patch[k] !== '' && !(`wifi.${p}.password` in patch) && !confirm(t('confirmSsid', patch[k]))) return;
+      const stored = pwSet(doc, `wifi.${p}.password`); // "the old password is used" only where one is stored
+      if (k in patch && patch[k] !== '' && !(`wifi.${p}.password` in patch) && !confirm(t(stored ? 'confirmSsid' : 'confirmSsidOpen', patch[k]))) return;
     }
     setBusy(true);
     setMsg(null);
     try {
       const r = await api('/settings', { method: 'POST', body: patch });
       const parts = [t('saved')];
-      if (r.applied_now && r.applied_now.length) parts.push(t('appliedNow', r.applied_now.join(', ')));
-      if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', r.after_restart.join(', ')));
+      if (r.applied_now && r.applied_now.length) parts.push(t('appliedNow', names(r.applied_now)));
+      if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', names(r.after_restart)));
       setMsg(['ok', parts.join(' '), r.restart_required]);
-      onSaved();
+      onSaved(id);
     } catch (ex) {
       if (ex instanceof ApiError && ex.fields) {
         const mine = {};
@@ -153,12 +171,13 @@ function Section({ id, keys, doc, zones, onSaved, children }) {
       setBusy(false);
     }
   };
-  return html`<form class="card section" id=${'s-' + id} onSubmit=${submit} novalidate>
+  return html`<form class="card section" id=${'s-' + id} onSubmit=${submit} novalidate hidden=${hidden}>
     <h2>${t(id)}</h2>
-    ${keys.map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
+    ${id === 'ap' && html`<${ApNow} />`}
+    ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
-    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${onSaved} />`}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
@@ -381,10 +400,32 @@ function PairBox() {
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
+// Whether the access point runs now (the setting says only whether it always runs), from the shell's /system/info.
+function ApNow() {
+  const [info, setInfo] = useState(lastInfo.value);
+  useEffect(() => {
+    const on = (e) => setInfo(e.detail);
+    bus.addEventListener('info', on);
+    return () => bus.removeEventListener('info', on);
+  }, []);
+  const ap = info ? sectionMap(info.ap) : null;
+  return ap && html`<p class="small" data-test="ap-now">${ap.active ? t('apRunning', ap.ssid || '') : t('apStopped')}</p>`;
+}
+
+// The section in the address (#/settings/mqtt), so each one can be linked and the back button works.
+const TABS = [...SECTIONS.map(([id]) => id), 'backup'];
+const tabOf = () => {
+  const id = location.hash.split('/')[2];
+  return TABS.includes(id) ? id : 'general';
+};
+
 export function Settings({ onDoc }) {
   const [doc, setDoc] = useState(null);
   const [zones, setZones] = useState([]);
   const [err, setErr] = useState('');
+  const [tab, setTab] = useState(tabOf());
+  const [dirty, setDirty] = useState({});
+  const [epochs, setEpochs] = useState({}); // per section: bumped by its own save, all by a restored backup
   const load = async () => {
     try {
       const d = await api('/settings');
@@ -394,14 +435,26 @@ export function Settings({ onDoc }) {
       setErr(errText(e));
     }
   };
+  // After the new document is in: a section that resets before it would show the old values for a moment.
+  const saved = async (id) => {
+    await load();
+    setEpochs((e) => (id ? { ...e, [id]: (e[id] || 0) + 1 } : Object.fromEntries(TABS.map((k) => [k, (e[k] || 0) + 1]))));
+  };
+  const onDirty = (id, d) => setDirty((x) => (x[id] === d ? x : { ...x, [id]: d }));
   useEffect(() => {
     load().then(() => api('/system/timezones').then(setZones, () => {}));
+    const onHash = () => setTab(tabOf());
+    addEventListener('hashchange', onHash);
+    return () => removeEventListener('hashchange', onHash);
   }, []);
   return html`<section aria-labelledby="h-set">
     <h1 id="h-set">${t('settings')}</h1>
+    <nav class="tabs" aria-label=${t('sections')}><ul>${TABS.map((id) => html`<li><a href=${'#/settings/' + id}
+      aria-current=${id === tab ? 'page' : undefined} data-test=${'tab-' + id}>${t(id)}${dirty[id] ? html` <span title=${t('unsaved')} aria-label=${t('unsaved')}>•</span>` : ''}</a></li>`)}</ul></nav>
     <${Msg} kind="err">${err}<//>
-    ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${load}>
+    ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${saved}
+      onDirty=${onDirty} hidden=${id !== tab} epoch=${epochs[id] || 0}>
       ${id === 'mqtt' && html`<${CaBox} />`}${id === 'cloud' && html`<${PairBox} />`}<//>`)}
-    ${doc && html`<${BackupBox} doc=${doc} onSaved=${load} />`}
+    ${doc && tab === 'backup' && html`<${BackupBox} doc=${doc} onSaved=${() => saved('')} />`}
   </section>`;
 }

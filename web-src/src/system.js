@@ -1,10 +1,11 @@
-// System: /system/info as tables, the LED, logs as tables with the rawdump download, OTA check/start, reboot.
+// System: the device in words and local time (the raw /system/info tables folded away), the LED, logs as tables with
+// the rawdump download, OTA check/start and upload, reboot, outages.
 import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv, poller } from './api.js';
 import { getLang, t } from './i18n.js';
 import { span } from './history.js';
 import { RestartButton, RestartWait } from './settings.js';
-import { Msg, Table, errText, html, noteInfo } from './ui.js';
+import { Msg, Table, errText, html, noteInfo, sectionMap } from './ui.js';
 
 // A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
 // tab is visible (2 requests per 10 s; it stops when the page is left).
@@ -39,15 +40,7 @@ function Outages({ zone }) {
   useEffect(() => {
     api('/system/outages').then((r) => setList(r.outages.slice(0, 50)), (e) => setErr(errText(e)));
   }, []);
-  const when = (ts) => {
-    if (!ts) return t('unknown');
-    const o = { dateStyle: 'medium', timeStyle: 'short' };
-    try {
-      return new Date(ts * 1000).toLocaleString(getLang() === 'de' ? 'de-DE' : 'en-GB', zone ? { ...o, timeZone: zone } : o);
-    } catch (e) {
-      return new Date(ts * 1000).toLocaleString(getLang() === 'de' ? 'de-DE' : 'en-GB', o);
-    }
-  };
+  const when = (ts) => (ts ? localTime(ts, zone) : t('unknown'));
   const reason = (r) => t('why_' + (REASONS.includes(r) ? r : 'unknown'));
   return html`<div class="card" data-test="outages"><h2>${t('outages')}</h2>
     <${Msg} kind="err">${err}<//>
@@ -55,6 +48,44 @@ function Outages({ zone }) {
       ? html`<${Table} head=${[t('outDown'), t('outUp'), t('outDuration'), t('outReason')]}
           rows=${list.map((o) => [when(o.down), when(o.up), o.duration_s === null ? t('unknown') : span(o.duration_s), reason(o.reason)])} />`
       : html`<p>${t('noOutages')}</p>`)}</div>`;
+}
+
+// A moment as people read it, in the device's time zone when it has one.
+function localTime(ts, zone) {
+  const o = { dateStyle: 'medium', timeStyle: 'short' };
+  const loc = getLang() === 'de' ? 'de-DE' : 'en-GB';
+  try {
+    return new Date(ts * 1000).toLocaleString(loc, zone ? { ...o, timeZone: zone } : o);
+  } catch (e) {
+    return new Date(ts * 1000).toLocaleString(loc, o);
+  }
+}
+
+const RESET = { POWER_ON: 'poweron', BROWNOUT: 'brownout', WATCHDOG: 'watchdog', SOFTWARE: 'software', RESET_PIN: 'reset_pin' };
+
+// /system/info in sentences: what a person asks of the device, not its field names.
+function Overview({ info }) {
+  const [up, wifi, ap, esp, meter, clock, heap, mqtt, modbus] =
+    ['uptime', 'wifi', 'ap', 'esp', 'meter', 'clock', 'heap', 'mqtt', 'modbus'].map((k) => sectionMap(info[k]));
+  const zone = clock.timezone || '';
+  const now = clock.utc || Date.now() / 1000;
+  const kb = (b) => (b === '' || b === undefined ? '?' : Math.round(b / 1024));
+  const dbm = +wifi.signal_strength;
+  const rows = [
+    [t('sysDevice'), `${esp.device_name} · ID ${esp.esp_id} · Firmware ${esp.os_version}`],
+    [t('sysUp'), t('sysUpFor', span(up.uptime || 0), localTime(now - (up.uptime || 0), zone), t('why_' + (RESET[up.reset_reason] || 'unknown')))],
+    [t('stWifi'), wifi.connected ? t('sysWifiOn', wifi.ssid, dbm, t(dbm >= -60 ? 'sigGood' : dbm >= -70 ? 'sigFair' : 'sigWeak'), wifi.ip_address, wifi.mdns_name) : t('stNoWifi')],
+    [t('stApName'), ap.active ? t('sysApOn', ap.ssid, ap.ip) : t('stOff')],
+    [t('stMeter'), meter.state === undefined ? t('stMeterNone') : t('sysMeter', String(meter.protocol || '').toUpperCase(), meter.telegrams_ok, meter.crc_errors,
+      meter.stale || +meter.age_s < 0 ? t('stMeterStale', meter.age_s) : t('stMeterLive', meter.age_s))],
+    [t('stClock'), clock.synced ? t('sysClock', localTime(now, zone), zone, clock.server) : t('stClockNot')],
+    [t('sysHeap'), t('sysHeapFree', kb(heap.free), kb(heap.largest_block))],
+    ['MQTT', mqtt.conn === 'CONNECTED' ? t('stConnected') : mqtt.conn === 'OFF' || !mqtt.conn ? t('stOff') : mqtt.conn],
+    ['Modbus', modbus.enabled ? t('stModbusOn', modbus.clients || 0) + ' · Port ' + modbus.port + ' · SunSpec ' + modbus.model : t('stOff')],
+  ];
+  if (info.features_off && info.features_off.length) rows.push([t('sysOff'), info.features_off.map((e) => e.name + ': ' + e.value).join('; ')]);
+  return html`<div class="card" data-test="overview"><h2>${t('info')}</h2><dl class="facts">
+    ${rows.map(([k, v]) => html`<dt>${k}</dt><dd>${v}</dd>`)}</dl></div>`;
 }
 
 export function System() {
@@ -99,6 +130,7 @@ export function System() {
     <${Msg} kind="err">${err}<//>
     ${info && info.settings && info.settings.some((e) => e.name === 'damaged' && e.value)
       ? html`<p class="msg err" role="alert" data-test="settings-damaged">${t('settingsDamaged')}</p>` : ''}
+    ${info && html`<${Overview} info=${info} />`}
     ${led && html`<div class="card" data-test="led"><h2>${t('led')}</h2>
       <p><span class="swatch" style=${'background:' + rgb}></span> ${led.status} · ${led.color} · ${led.mode}${led.enabled ? '' : ' (off)'}</p></div>`}
     <div class="card"><h2>${t('ota')}</h2><div class="row">
@@ -111,8 +143,8 @@ export function System() {
     <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" />
     <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" live />
     <div class="row"><button type="button" onClick=${rawdump}>${t('rawdump')}</button></div>
-    ${info && html`<h2>${t('info')}</h2>${Object.keys(info).map((sec) => html`<div class="card" data-test=${'info-' + sec}><h3>${sec}</h3>
-      <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}`}
+    ${info && html`<details class="card" data-test="info-raw"><summary>${t('sysRaw')}</summary>${Object.keys(info).sort().map((sec) => html`<div data-test=${'info-' + sec}><h3>${sec}</h3>
+      <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}</details>`}
   </section>`;
 }
 
