@@ -369,8 +369,11 @@ def test_each_settings_form_saves_and_shows_the_devices_field_error(browser, pla
     if section.startswith("wifi") or section == "ap":
         assert "Neustart" in form.locator(".msg.ok").inner_text()
         assert form.get_by_role("button", name="Jetzt neu starten").count() == 1
-    if section in STATIC:
-        assert plain.post("/api/v1/settings", {key.rsplit(".", 1)[0] + ".static_ip": False})[0] == 200
+    if section in STATIC:       # back to DHCP with no address stored, as the other tests expect
+        prefix = key.rsplit(".", 1)[0] + "."
+        back = {prefix + k: "" for k in ("ip", "subnet", "gateway", "dns")}
+        back[prefix + "static_ip"] = False
+        assert plain.post("/api/v1/settings", back)[0] == 200
     assert page.errors == []
     page.context.close()
 
@@ -820,6 +823,9 @@ def test_stale_meter_shows_unknown_never_the_last_value(browser, live, shots):
         assert page.locator("[data-test=power] .big").inner_text() == "unbekannt"
         assert page.locator("[data-test=import] .big").inner_text() == "unbekannt"
         assert page.locator("[data-test=export] .big").inner_text() == "unbekannt"
+        # The meter health says it in words (from the next /system/info, within 20 s), not "OK (stale)".
+        page.locator("main table").get_by_text("keine Daten seit").wait_for(timeout=25000)
+        assert "in Ordnung" not in page.locator("main table").first.inner_text()
         page.screenshot(path=os.path.join(shots, "dashboard-stale.png"), full_page=True)
     finally:
         live.control("meter", None)
@@ -929,7 +935,7 @@ def test_the_pages_rules_match_the_devices(browser, plain):
 def test_restart_button_restarts_the_device(browser, plain):
     page = _page(browser)
     page.goto(plain.url + "/#/system")
-    page.locator("[data-test=info-uptime]").wait_for()
+    page.locator("[data-test=overview]").wait_for()
     asked = []
     page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.get_by_role("button", name="Jetzt neu starten").click()

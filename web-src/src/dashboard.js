@@ -1,26 +1,60 @@
 // Dashboard: signed power, totals, the other readings, meter health; one request per 4 s, info every 20 s.
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, bus, poller } from './api.js';
+import { Chart, steps } from './chart.js';
 import { num, t } from './i18n.js';
 import { Msg, Table, deviceToday, deviceUtc, errText, html, lastInfo, sectionMap } from './ui.js';
 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
 export const TODAY_MS = 300000; // today's energies: the day's quarter hours change every 15 min
+const LIVE_S = 900; // the live chart: the last 15 minutes of what the page polled anyway (no request of its own)
+
+// The last minutes of power from the readings the dashboard polled: [times, watts]; a 204 or an unreachable device
+// adds a gap (null), never a repeated value. Times are the readings' own; labels in the device's local time.
+function addLive(live, at, watts) {
+  const keep = live[0].findIndex((x) => x > at - LIVE_S);
+  const from = keep < 0 ? live[0].length : keep;
+  if (live[0].length && at <= live[0][live[0].length - 1]) return live; // the same reading polled twice
+  return [[...live[0].slice(from), at], [...live[1].slice(from), watts]];
+}
+
+function LiveChart({ live, offset }) {
+  const opts = useMemo(() => {
+    const hm = (v) => new Date((v + offset) * 1000).toISOString().slice(11, 16);
+    return {
+      height: 150,
+      scales: { x: { time: false } },
+      axes: [{ values: (u, vals) => vals.map(hm), space: 60 }, { size: 56 }],
+      series: [{ value: (u, v) => (v === null ? '–' : hm(v)) },
+        { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, value: (u, v) => (v === null ? '–' : num(v, 0)) }],
+    };
+  }, [offset]);
+  return html`<div class="card" data-test="live" data-last=${JSON.stringify(live[1].slice(-5))}><h2>${t('livePower')}</h2>
+    <${Chart} opts=${opts} data=${live} label=${t('livePower')} /></div>`;
+}
 
 export function Dashboard() {
   const [latest, setLatest] = useState(undefined); // undefined: not loaded; null: 204 (meter silent)
   const [meter, setMeter] = useState(null);
   const [today, setToday] = useState(null);
   const [err, setErr] = useState('');
+  const [live, setLive] = useState([[], []]);
+  const [offset, setOffset] = useState(0); // the device's UTC offset (s), from a reading's local datetime
   useEffect(() => {
     const stopLatest = poller(async () => {
       try {
-        setLatest(await api('/history/latest'));
+        const r = await api('/history/latest');
+        setLatest(r);
         setErr('');
+        if (r && r.timestamp && r['16.7.0']) {
+          if (r.datetime) setOffset(Date.parse(r.datetime.slice(0, 19) + 'Z') / 1000 - r.timestamp);
+          setLive((l) => addLive(l, r.timestamp, r['16.7.0'].value));
+        } else setLive((l) => addLive(l, Math.round(deviceUtc()), null));
       } catch (e) {
         setErr(errText(e));
         if (!e.status || e.status >= 500) setLatest(undefined); // device unreachable: old values are not shown
+        setLive((l) => addLive(l, Math.round(deviceUtc()), null));
         throw e;
       }
     }, LATEST_MS);
@@ -66,13 +100,15 @@ export function Dashboard() {
         <p class="small"><span data-test="today-import">${t('importing')}: ${num(today.import_total_kWh, 3)} kWh</span> ·
           <span data-test="today-export">${t('exporting')}: ${num(today.export_total_kWh, 3)} kWh</span></p></div>`}
     </div>
+    ${live[0].length > 1 && html`<${LiveChart} live=${live} offset=${offset} />`}
     <h2>${t('meterHealth')}</h2>
     <${Table} rows=${[
       [t('lastTelegram'), age === null ? t('unknown') : t('secondsAgo', age)],
       [t('protocol'), (meter && meter.protocol) || t('unknown')],
       [t('telegrams'), meter ? meter.telegrams_ok : '–'],
       [t('crcErrors'), meter ? meter.crc_errors : '–'],
-      [t('state'), meter ? meter.state + (meter.stale ? ' (' + t('staleShort') + ')' : '') : '–'],
+      // One verdict in words: a silent meter is not "OK (stale)".
+      [t('state'), !meter ? '–' : meter.stale || +meter.age_s < 0 ? t('stMeterStale', meter.age_s) : meter.state === 'OK' ? t('stateOk') : meter.state],
     ]} />
     ${others.length > 0 && html`<h2>${t('values')}</h2><${Table} rows=${others} />`}
     ${latest && latest.datetime && html`<p class="small">${t('updated')}: ${latest.datetime.replace('T', ' ')}</p>`}

@@ -164,6 +164,44 @@ function csv(cols, items, excelDe) {
   return [head.join(sep), ...items.map((it) => cols.map((c) => cell(it[c])).join(sep))].join('\r\n') + '\r\n';
 }
 
+// Month and year totals: one lowRes request for the year (366 days at most, the LowRes ring keeps 732), summed by
+// month in the page. The current year runs to today; the year before is the other choice the ring still holds.
+export function monthTotals(items, year) {
+  const months = new Map();
+  for (const it of items) {
+    if (!it.date.startsWith(year + '-')) continue;
+    const m = months.get(it.date.slice(0, 7)) || { month: it.date.slice(0, 7), imp: 0, exp: 0, days: 0 };
+    m.imp += it.import_kWh || 0;
+    m.exp += it.export_kWh || 0;
+    m.days++;
+    months.set(m.month, m);
+  }
+  return [...months.values()].sort((a, b) => (a.month < b.month ? -1 : 1));
+}
+
+function Totals() {
+  const thisYear = +deviceToday().slice(0, 4);
+  const [year, setYear] = useState(thisYear);
+  const [rows, setRows] = useState(null);
+  const [err, setErr] = useState('');
+  useEffect(() => {
+    setRows(null);
+    setErr('');
+    const first = year + '-01-01';
+    const days = year === thisYear ? Math.round((Date.parse(deviceToday()) - Date.parse(first)) / 864e5) + 1 : 366;
+    api('/history/lowRes?start=' + first + '&days=' + days).then((r) => setRows(monthTotals(r.items, year)), (e) => setErr(errText(e)));
+  }, [year]);
+  const name = (m) => new Date(m + '-15T12:00:00Z').toLocaleString(getLang() === 'de' ? 'de-DE' : 'en-GB', { month: 'long', timeZone: 'UTC' });
+  const sum = (k) => (rows || []).reduce((a, r) => a + r[k], 0);
+  const line = (label, imp, exp, test) => html`<tr data-test=${test}><th scope="row">${label}</th><td>${num(imp, 1)}</td><td>${num(exp, 1)}</td><td>${num(imp - exp, 1)}</td></tr>`;
+  return html`<label>${t('year')} <select name="year" value=${year} onChange=${(e) => setYear(+e.target.value)}>
+      ${[thisYear, thisYear - 1].map((y) => html`<option value=${y}>${y}</option>`)}</select></label>
+    <${Msg} kind="err">${err}<//>
+    ${rows && (rows.length ? html`<div class="scroll"><table data-test="totals"><thead><tr><th>${t('month')}</th><th>${t('importKWh')}</th><th>${t('exportKWh')}</th><th>${t('balanceKWh')}</th></tr></thead>
+      <tbody>${rows.map((r) => line(name(r.month), r.imp, r.exp, 'm-' + r.month))}</tbody>
+      <tfoot>${line(t('yearTotal', year), sum('imp'), sum('exp'), 'year')}</tfoot></table></div>` : html`<p>${t('noData')}</p>`)}`;
+}
+
 export function History() {
   const [date, setDate] = useState(deviceToday());
   const [day, setDay] = useState(null);
@@ -173,6 +211,7 @@ export function History() {
   const [range, setRange] = useState(null);
   const [rangeErr, setRangeErr] = useState('');
   const [excel, setExcel] = useState(getLang() === 'de');
+  const [totals, setTotals] = useState(false); // asked for when opened: a page visit costs the device no more
 
   const loadDay = async (d) => {
     setDayErr('');
@@ -228,5 +267,7 @@ export function History() {
       ? html`<p data-test="range-summary">${t('nDays', range.items.length)} · ${t('importKWh')}: ${num(range.import_total_kWh, 3)} · ${t('exportKWh')}: ${num(range.export_total_kWh, 3)}</p>
           <${RangeChart} items=${range.items} />`
       : html`<p>${t('noData')}</p>`)}
+    <details data-test="totals-box" onToggle=${(e) => setTotals(e.target.open)}><summary><h2>${t('totals')}</h2></summary>
+      ${totals && html`<${Totals} />`}</details>
   </section>`;
 }
