@@ -118,7 +118,8 @@ def test_429_carries_retry_after_and_refused_requests_do_not_count(api):
     api.clock.advance(5000)
     for _ in range(5):  # retrying while refused does not extend the lockout
         status, headers, body = api.send("GET", "/api/v1/settings")
-        assert status == 429 and headers["retry-after"] == "10" and body == {"error": "Too many requests"}
+        assert status == 429 and headers["retry-after"] == "10"
+        assert body == {"error": "Too many requests", "code": "too_many_requests"}
         assert headers["content-type"] == "application/json"
     api.clock.advance(4999)
     assert api.status("GET", "/api/v1/settings") == 429

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import requests
+import yaml
 
 from tests.test_api_harness import raw, start_host, status_of
 
@@ -62,11 +63,21 @@ def get(host, path, token=None):
     return requests.get(url(host, path), headers=headers, timeout=10)
 
 
+def _error_codes():
+    """The error codes docs/openapi.yaml promises (components.schemas.Error.code.enum)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "openapi.yaml"), encoding="utf-8") as f:
+        return set(yaml.safe_load(f)["components"]["schemas"]["Error"]["properties"]["code"]["enum"])
+
+
+ERROR_CODES = _error_codes()
+
+
 def is_error(r, status, message=None):
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["Content-Type"] == "application/json"
     body = r.json()
     assert isinstance(body.get("error"), str) and body["error"]
+    assert body.get("code") in ERROR_CODES, body           # a stable code the web interface translates
     if message is not None:
         assert body["error"] == message
     return body
@@ -402,7 +413,7 @@ def test_rate_limit_429(tmp_path_factory):
         assert codes == [200] * 25
         r = get(h, "/api/v1/settings")
         body = is_error(r, 429, "Too many requests")
-        assert r.headers["Retry-After"] == "10" and body == {"error": "Too many requests"}
+        assert r.headers["Retry-After"] == "10" and body == {"error": "Too many requests", "code": "too_many_requests"}
         is_error(get(h, "/api/v1/nope"), 429)  # device-wide, every path
         time.sleep(10.5)
         assert get(h, "/api/v1/settings").status_code == 200
@@ -415,7 +426,7 @@ def test_low_heap_503(host):
     try:
         r = get(host, "/api/v1/system/alive")
         body = is_error(r, 503, "Service temporary unavailable")
-        assert r.headers["Retry-After"] == "5" and body == {"error": "Service temporary unavailable"}
+        assert r.headers["Retry-After"] == "5" and body == {"error": "Service temporary unavailable", "code": "busy"}
         is_error(get(host, "/api/v1/settings"), 503)
     finally:
         host.control("free_heap", None)

@@ -141,7 +141,7 @@ def test_slow_client_gets_408(host):
         answer += got
     s.close()
     assert status_of(answer) == 408
-    assert json.loads(body_of(answer)) == {"error": "Request timeout"}
+    assert json.loads(body_of(answer)) == {"error": "Request timeout", "code": "timeout"}
 
 
 def test_half_body_gets_408(host):
@@ -231,7 +231,7 @@ def test_expect_100_continue(host):
 
 def test_unknown_path_404_and_wrong_method_405(host):
     a = raw(host.port, b"GET /api/v1/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    assert status_of(a) == 404 and json.loads(body_of(a)) == {"error": "Not found"}
+    assert status_of(a) == 404 and json.loads(body_of(a)) == {"error": "Not found", "code": "not_found"}
     a = raw(host.port, b"DELETE /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(a) == 405 and header_of(a, "Allow") == "GET"
     assert header_of(a, "Content-Type") == "application/json"
@@ -270,7 +270,7 @@ def test_header_without_space_after_colon_is_accepted(host):
 
 def test_whitespace_before_colon_is_400(host):
     a = raw(host.port, b"GET /api/v1/system/alive HTTP/1.1\r\nHost : x\r\n\r\n")
-    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Malformed header line"}
+    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Malformed header line", "code": "bad_request"}
 
 
 @pytest.mark.parametrize("sep", [b"\x0b", b"\x0c", b"\x1c", b"\xc2\x85", b"\xe2\x80\xa8"], ids=lambda b: b.hex())
@@ -283,7 +283,7 @@ def test_header_value_is_split_on_crlf_only(host, sep):
 def test_conflicting_content_length_is_400_identical_is_one(host):
     a = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        b"Content-Length: 2\r\nContent-Length: 27\r\n\r\n{\"device_name\": \"Twice\"}")
-    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Invalid Content-Length"}
+    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Invalid Content-Length", "code": "bad_request"}
     body = b'{"device_name": "Twice"}'
     a = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)) + body)
@@ -293,7 +293,7 @@ def test_conflicting_content_length_is_400_identical_is_one(host):
 def test_non_ascii_digits_in_content_length_are_400(host):
     a = raw(host.port, b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        b"Content-Length: \xd9\xa2\r\n\r\n{}")  # U+0662, ARABIC-INDIC DIGIT TWO
-    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Invalid Content-Length"}
+    assert status_of(a) == 400 and json.loads(body_of(a)) == {"error": "Invalid Content-Length", "code": "bad_request"}
 
 
 def test_non_ascii_digits_in_history_query_are_400(host):

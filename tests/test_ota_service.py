@@ -106,6 +106,8 @@ def test_check_and_install_stage_only_changed_files_then_boot_switches(env):
     assert parsed.data.release_date == "2026-11-30"
     answer = e.svc.start_update()
     assert answer["ok"] is True and answer["update_available"] is True
+    assert answer["code"] == "installing" and answer["version"] == "0.2.0"      # stable, for clients to translate
+    assert e.svc.start_update()["code"] == "already_running"
     assert e.led.current() == "OTA_ACTIVE"
     run(e, lambda: e.calls and e.calls[-1][0] == "restart")
     assert e.calls == [("flush", False), ("restart", True)]   # flushed before the journal, restart after it
@@ -209,6 +211,7 @@ def test_same_version_is_up_to_date_and_start_says_no(env):
     assert d.update_available is False and d.version == "0.1.0"
     answer = e.svc.start_update()
     assert answer["ok"] is False and answer["update_available"] is False
+    assert answer["code"] == "no_update" and answer["version"] == ""
 
 
 def test_without_the_app_on_the_drive_nothing_is_installed(env):
@@ -216,7 +219,7 @@ def test_without_the_app_on_the_drive_nothing_is_installed(env):
     os.remove("code.py")
     checked(e)
     answer = e.svc.start_update()
-    assert answer["ok"] is False and "not on the drive" in answer["message"]
+    assert answer["ok"] is False and "not on the drive" in answer["message"] and answer["code"] == "no_app"
 
 
 class NightClock:

@@ -6,19 +6,22 @@ from adafruit_httpserver import JSONResponse
 
 
 class ApiError(Exception):
-    """Raised by handlers (and the server) for a JSON error answer: status, message, optional fields and headers."""
+    """Raised by handlers (and the server) for a JSON error answer: status, message, optional fields, headers and a
+    stable code (else the status's)."""
 
-    def __init__(self, status, message, fields=None, headers=None):
+    def __init__(self, status, message, fields=None, headers=None, code=None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.fields = fields
         self.headers = headers
+        self.code = code
 
 
 _REASONS = {
     200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
     404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+    421: "Misdirected Request",
     411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
     422: "Unprocessable Entity", 431: "Request Header Fields Too Large", 429: "Too Many Requests",
     500: "Internal Server Error",
@@ -31,9 +34,20 @@ def status(code):
     return (code, _REASONS.get(code, "Error"))
 
 
-def error_response(request, code, message, fields=None, headers=None):
-    """The uniform JSON error answer {"error": message[, "fields": {...}]}."""
-    body = {"error": message}
+# The stable code of an error answer, by status, where the handler names none. "error" is English for people
+# reading logs and curl output; clients (the web interface) translate the code, which never changes wording.
+_CODES = {
+    400: "bad_request", 401: "token_missing_or_wrong", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 408: "timeout", 421: "wrong_host", 409: "conflict", 410: "gone", 411: "length_required",
+    413: "too_large", 415: "unsupported_type", 422: "unprocessable", 429: "too_many_requests",
+    431: "headers_too_large", 500: "device_error", 503: "unavailable",
+}
+
+
+def error_response(request, code, message, fields=None, headers=None, key=None):
+    """The uniform JSON error answer {"error": message, "code": stable code[, "fields": {...}]}; key names the code
+    where the status alone does not say enough (a 400 with fields is always invalid_fields)."""
+    body = {"error": message, "code": key or ("invalid_fields" if fields else _CODES.get(code, "error"))}
     if fields:
         body["fields"] = fields
     return JSONResponse(request, body, status=status(code), headers=headers)

@@ -33,9 +33,9 @@ def routes(app, ticks=ticks_ms):
         try:
             tokens.confirm(token, ticks())
         except TokenError as exc:
-            raise ApiError(exc.status, exc.message)
+            raise ApiError(exc.status, exc.message, code="pair_expired" if exc.status == 410 else "pair_mismatch")
         except OSError as exc:
-            raise ApiError(500, "Tokens could not be stored (%s)" % exc)
+            raise ApiError(500, "Tokens could not be stored (%s)" % exc, code="storage_failed")
         app.log.info("API tokens renewed")
         return JSONResponse(request, {"success": True,
                                       "message": "New tokens are active; the previous tokens are invalid."})

@@ -47,7 +47,7 @@ def routes(app):
                     app.auth.set_required(doc["api_auth_required"])   # the tokens file keeps it too (fail closed)
                 settings.commit(doc)
             except OSError as exc:
-                raise ApiError(500, "Settings could not be stored (%s)" % exc)
+                raise ApiError(500, "Settings could not be stored (%s)" % exc, code="storage_failed")
             if "ledEnable" in changed and app.led is not None:
                 app.led.enabled = doc["ledEnable"]
             app.bus.publish("settings", changed)

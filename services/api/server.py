@@ -59,6 +59,7 @@ class _Conn:
         self.request = None
         self.drain = False      # unread input may follow an early answer: drain it before closing
         self.slotted = False    # holds one of the max_connections slots (a newcomer does not yet)
+        self.starved = False    # the last read stopped at our per-poll budget, not at an empty socket
 
     def enter(self, phase, now, limit):
         self.phase = phase
@@ -333,7 +334,10 @@ class HardenedServer(Server):
             # Read first: after a long cycle the whole request may be waiting, and that is not the client's fault.
             if not self._receive(c, now):
                 return False
-            if c.phase == _RECV and elapsed(now, c.since) >= c.limit:
+            # Late only if the socket ran dry: bytes left waiting because this poll's read budget ran out arrived
+            # in time (a long cycle on a busy device is not the client's fault). Bounded: a body is at most
+            # max_body_bytes, so starving lasts a few polls, and a trickling client runs dry every poll.
+            if c.phase == _RECV and not c.starved and elapsed(now, c.since) >= c.limit:
                 self._count("recv_timeouts")
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
@@ -348,6 +352,7 @@ class HardenedServer(Server):
         """Read what is there; when the request is complete, dispatch it. False when the connection is finished."""
         budget = self.recv_per_poll
         buf = self._buffer
+        c.starved = False
         while budget > 0:
             try:
                 n = c.sock.recv_into(buf, len(buf))
@@ -381,6 +386,7 @@ class HardenedServer(Server):
             if c.total >= 0 and len(c.buf) >= c.total:
                 self._complete(c, now)
                 return True
+        c.starved = True
         return True
 
     def _head_complete(self, c, now):
@@ -425,9 +431,9 @@ class HardenedServer(Server):
                 # A stream needs a slot for many polls and every slot is busy: a clear "later" instead of a
                 # newcomer that would hold the momentary socket (and stop all accepting) while it trickles out.
                 self._count("busy")
-                response = error_response(request, 503, "Server busy", headers={"Retry-After": "1"})
+                response = error_response(request, 503, "Server busy", headers={"Retry-After": "1"}, key="busy")
         except ApiError as exc:
-            response = error_response(request, exc.status, exc.message, exc.fields, exc.headers)
+            response = error_response(request, exc.status, exc.message, exc.fields, exc.headers, exc.code)
         except Exception as exc:  # a failing handler answers 500 and the loop goes on
             self._count("handler_errors")
             if self._log is not None:

@@ -2,7 +2,7 @@
 
 import json
 
-from adafruit_httpserver import JSONResponse, Redirect, Response
+from adafruit_httpserver import Redirect, Response
 from adafruit_ticks import ticks_ms
 
 from core.elapsed import fresh
@@ -213,13 +213,14 @@ class HttpApi(Module):
                 self.count("captive_redirect")
                 return Redirect(request, setup)
             self.count("misdirected")
-            return JSONResponse(request, {"error": "Host not accepted: address the device by its IP address or "
-                                                   "its .local name"}, status=(421, "Misdirected Request"))
+            return error_response(request, 421, "Host not accepted: address the device by its IP address or its "
+                                                ".local name")
         refused = cross_site(request.method, request.headers)
         if refused is not None:
             self.count("cross_site")
             return error_response(request, 403, "Cross-site request refused (%s): changes are accepted from the "
-                                                "device's own web page or from clients that are not browsers" % refused)
+                                                "device's own web page or from clients that are not browsers" % refused,
+                                  key="cross_site")
         now = self._ticks()
         if request.method in ("GET", "HEAD") and not request.path.startswith("/api/") and request.path != METRICS_PATH:
             # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
@@ -234,7 +235,7 @@ class HttpApi(Module):
         mem_free = self._app.mem_free
         if mem_free is not None and mem_free() < self.min_free_heap:
             self.count("low_heap")
-            return error_response(request, 503, "Service temporary unavailable",
+            return error_response(request, 503, "Service temporary unavailable", key="busy",
                                   headers={"Retry-After": self.retry_after_503})
         handler, extra = self._find(request.method, request.path)
         if handler is None:
@@ -293,7 +294,7 @@ class HttpApi(Module):
             return error_response(request, 401, "Missing or invalid token", headers={"WWW-Authenticate": "Bearer"})
         if have < need:
             self.count("forbidden")
-            return error_response(request, 403, "This endpoint needs the WRITE token")
+            return error_response(request, 403, "This endpoint needs the WRITE token", key="write_token_needed")
         return None
 
     def describe(self):

@@ -29,7 +29,7 @@ def routes(app):
         try:
             pairing.pair(token)
         except OSError as exc:
-            raise ApiError(503, "Pairing could not be stored: %s" % exc)
+            raise ApiError(503, "Pairing could not be stored: %s" % exc, code="storage_failed")
         enabled = bool(app.settings.get("cloudIotEnabled", False))
         return JSONResponse(request, {"success": True, "paired": True, "connected": connected(),
                                       "message": "Pairing stored" + ("" if enabled else
@@ -39,7 +39,7 @@ def routes(app):
         try:
             pairing.unpair()
         except OSError as exc:
-            raise ApiError(503, "Pairing could not be removed: %s" % exc)
+            raise ApiError(503, "Pairing could not be removed: %s" % exc, code="storage_failed")
         return JSONResponse(request, {"success": True, "paired": False, "connected": False,
                                       "message": "Cloud pairing removed"})
 

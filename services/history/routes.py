@@ -2,13 +2,14 @@
 
 import json
 
-from adafruit_httpserver import GET, ChunkedResponse, JSONResponse, Response, Route
+from adafruit_httpserver import GET, ChunkedResponse, Response, Route
 from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.elapsed import fresh
 from core.tz import days_from_civil, is_leap, to_civil
 from meter import obis
 from meter.decimal import to_str
+from services.api.answers import error_response
 from services.api.http_parse import ascii_uint
 
 MAX_DAYS = 366        # lowRes days: one leap year, the retention of the LowRes ring
@@ -52,11 +53,11 @@ def parse_days(text):
 
 
 def _bad(request, message):
-    return JSONResponse(request, {"error": message}, status=(400, "Bad Request"))
+    return error_response(request, 400, message)
 
 
 def _unavailable(request, message):
-    return JSONResponse(request, {"error": message}, status=(503, "Service Unavailable"), headers={"Retry-After": "5"})
+    return error_response(request, 503, message, headers={"Retry-After": "5"})
 
 
 def latest_body(reading, clock, lang, now_ms, energy_floor=None):

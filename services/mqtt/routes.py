@@ -4,11 +4,12 @@ import json
 
 from adafruit_httpserver import DELETE, GET, POST, JSONResponse, Route
 
+from services.api.answers import error_response
 from services.mqtt.ca_store import MAX_BYTES, CertError, TooLarge
 
 
 def _error(request, code, reason, message):
-    return JSONResponse(request, {"error": message}, status=(code, reason))
+    return error_response(request, code, message)
 
 
 def _certificate_text(request):

@@ -89,7 +89,8 @@ def routes(app):
             try:
                 settings.commit(full)
             except OSError as exc:
-                raise ApiError(500, "Joined %s, but the settings could not be stored (%s)" % (ssid, exc))
+                raise ApiError(500, "Joined %s, but the settings could not be stored (%s)" % (ssid, exc),
+                               code="storage_failed")
             app.bus.publish("settings", changed)
         if app.log is not None:
             app.log.info("wifi: joined %s from the web interface, %s", ssid, wifi.ip())

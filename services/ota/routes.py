@@ -23,7 +23,8 @@ def routes(app):
     def ota_start(request):
         if ota is not None:
             return JSONResponse(request, ota.start_update())
-        return JSONResponse(request, {"ok": False, "update_available": False, "message": "No update available"})
+        return JSONResponse(request, {"ok": False, "update_available": False, "code": "no_update", "version": "",
+                                          "message": "No update available"})
 
     def ota_upload(request):
         if ota is None:

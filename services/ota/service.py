@@ -295,29 +295,37 @@ class OtaService(Module):
     def start_update(self):
         """POST /ota/start: install the update the last check found; the answer aio-wattwaechter reads."""
         self._follow_url()
+        # "code" is stable (clients translate it), "message" is English for people; version names the release.
         if self.phase in (PLANNING, DOWNLOADING, RESTARTING):
-            return {"ok": True, "update_available": True, "message": "Update already running: " + self.message}
-        why = self._install_blocker()
-        if why is not None:
+            return {"ok": True, "update_available": True, "code": "already_running", "version": self._offered(),
+                    "message": "Update already running: " + self.message}
+        blocked = self._install_blocker()
+        if blocked is not None:
             if self.available is None and self.phase == IDLE:
                 self.request_check()
-            return {"ok": False, "update_available": self.available is not None, "message": why}
+            return {"ok": False, "update_available": self.available is not None, "code": blocked[0],
+                    "version": self._offered(), "message": blocked[1]}
         self._begin_install(self._now, auto=False)
-        return {"ok": True, "update_available": True,
+        return {"ok": True, "update_available": True, "code": "installing", "version": self._offered(),
                 "message": "Installing %s: the device restarts several times within 2 to 3 minutes"
                            % self.available["version"]}
 
+    def _offered(self):
+        return self.available["version"] if self.available is not None else ""
+
     def _install_blocker(self):
+        """(code, message) of what keeps an install from starting now, or None."""
         if self.phase == TRIAL:
-            return "The last update is still proving itself; try again in a few minutes"
+            return "trial", "The last update is still proving itself; try again in a few minutes"
         if self._upload is not None:
-            return "Busy: a release is being uploaded"
+            return "busy_upload", "Busy: a release is being uploaded"
         if self.available is None:
-            return "No update available" + (" (" + self.message + ")" if self.message else "")
+            return "no_update", "No update available" + (" (" + self.message + ")" if self.message else "")
         if self.phase != IDLE:
-            return "Busy: " + self.phase
+            return "busy", "Busy: " + self.phase
         if not exists("code.py"):
-            return "The application is not on the drive (host runtime without --app-on-drive): nothing to replace"
+            return "no_app", ("The application is not on the drive (host runtime without --app-on-drive): nothing "
+                              "to replace")
         return None
 
     def request_check(self, install=False, auto=False):
@@ -509,11 +517,11 @@ class OtaService(Module):
                 self.last_error = ""
             self._note("info", "ota: %s", self.message)
             if self._install_after_check:
-                why = self._install_blocker()
-                if why is None and self._attempts.get(m["version"], 0) < self.max_attempts:
+                blocked = self._install_blocker()
+                if blocked is None and self._attempts.get(m["version"], 0) < self.max_attempts:
                     self._begin_install(now, auto=self._auto)
-                elif why is not None:
-                    self._note("warning", "ota: not installing: %s", why)
+                elif blocked is not None:
+                    self._note("warning", "ota: not installing: %s", blocked[1])
             elif self._auto:
                 self._note("info", "ota: autoOta is off: %s only reported", m["version"])
         else:
@@ -749,9 +757,9 @@ class OtaService(Module):
         if offset == 0:
             if up is not None:
                 self._upload_fail("cancelled", "a new upload replaced an unfinished one", quiet=True)
-            why = self._upload_blocker()
-            if why is not None:
-                return 409, self._upload_answer(False, 0, why)
+            blocked = self._upload_blocker()
+            if blocked is not None:
+                return 409, self._upload_answer(False, 0, blocked[1], blocked[0])
             try:
                 keys = sg.load_keys()
             except sg.SignatureProblem as exc:
@@ -801,16 +809,18 @@ class OtaService(Module):
         return 200, self._upload_answer(True, up.received, self.message)
 
     def _upload_blocker(self):
+        """(code, message) of what keeps an upload from starting now, or None."""
         if self.phase == TRIAL:
-            return "The last update is still proving itself; try again in a few minutes"
+            return "trial", "The last update is still proving itself; try again in a few minutes"
         if self.phase != IDLE:
-            return "Busy: " + self.phase
+            return "busy", "Busy: " + self.phase
         if not exists("code.py"):
-            return "The application is not on the drive (host runtime without --app-on-drive): nothing to replace"
+            return "no_app", ("The application is not on the drive (host runtime without --app-on-drive): nothing "
+                              "to replace")
         if self._cleanup or exists("ota/stage") or exists("ota/prev"):
             if not self._cleanup:
                 self._queue_cleanup()
-            return "Busy: removing what an earlier update left; send again in a moment"
+            return "busy", "Busy: removing what an earlier update left; send again in a moment"
         return None
 
     def _upload_answer(self, ok, received, message, error="", done=False):

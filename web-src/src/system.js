@@ -2,7 +2,7 @@
 // the rawdump download, OTA check/start and upload, reboot, outages.
 import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv, poller } from './api.js';
-import { getLang, t } from './i18n.js';
+import { getLang, known, t } from './i18n.js';
 import { span } from './history.js';
 import { RestartButton, RestartWait } from './settings.js';
 import { Msg, Table, errText, html, noteInfo, sectionMap } from './ui.js';
@@ -119,7 +119,7 @@ export function System() {
     if (!confirm(t('confirmOta'))) return;
     try {
       const r = await api('/ota/start', { method: 'POST' });
-      setOta([r.ok ? 'ok' : 'err', r.message || String(r.ok)]);
+      setOta([r.ok ? 'ok' : 'err', known('o_' + r.code, r.version) || r.message || String(r.ok)]);
     } catch (e) {
       setOta(['err', errText(e)]);
     }
@@ -178,13 +178,13 @@ function UploadBox() {
           continue;
         }
         setPct(null);
-        setMsg(['err', (x.body && x.body.message) || errText(x)]);
+        setMsg(['err', (x.body && (known('o_' + x.body.error) || x.body.message)) || errText(x)]);
         return;
       }
       offset = r.received;
       setPct(Math.min(100, Math.floor((offset * 100) / data.length)));
       if (r.done) {
-        setMsg(['ok', r.message]);
+        setMsg(['ok', t('o_done')]);
         setWaiting(true);
         return;
       }

@@ -1,7 +1,7 @@
 // Shared bits of the pages: htm bound to Preact, the device clock, small components.
 import { h } from 'preact';
 import htm from 'htm';
-import { t } from './i18n.js';
+import { known, t } from './i18n.js';
 
 export const html = htm.bind(h);
 
@@ -56,7 +56,10 @@ export function Table({ head, rows, cls }) {
   </table></div>`;
 }
 
-export const errText = (e) => (e && e.status ? e.status + ': ' + e.message : t('offline'));
+// An error in the interface's language from the answer's stable code; the device's English text only for a code
+// this page does not know yet.
+export const errText = (e) =>
+  !e || !e.status ? t('offline') : known('e_' + ((e.body && e.body.code) || '')) || e.status + ': ' + e.message;
 
 // A colour of the current theme (canvas drawing cannot read CSS variables itself).
 export const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
