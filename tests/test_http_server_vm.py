@@ -172,19 +172,19 @@ def test_server_paths_in_micropython_vm():
     lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
     assert lines["split"] == 'HTTP/1.1 200 True {"q": "a b", "body": null}'
     assert lines["post"] == 'HTTP/1.1 200 True {"q": null, "body": {"x": [1, 2]}}'
-    assert lines["timeout"] == 'HTTP/1.1 408 True {"error": "Request timeout"}'
+    assert lines["timeout"] == 'HTTP/1.1 408 True {"error": "Request timeout", "code": "timeout"}'
     assert lines["closed"] == " True "  # no answer to a peer that left
     assert lines["stream"] == "HTTP/1.1 200 True 6|part0;|6|part1;|6|part2;|0||"
-    assert lines["boom"] == 'HTTP/1.1 500 True {"error": "Internal error"}'
+    assert lines["boom"] == 'HTTP/1.1 500 True {"error": "Internal error", "code": "device_error"}'
     assert lines["big"].startswith("HTTP/1.1 413 True ")
-    assert lines["badjson"] == 'HTTP/1.1 400 True {"error": "Malformed JSON"}'
-    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request line"}'
+    assert lines["badjson"] == 'HTTP/1.1 400 True {"error": "Malformed JSON", "code": "bad_request"}'
+    assert lines["garbage"] == 'HTTP/1.1 400 True {"error": "Malformed request line", "code": "bad_request"}'
     assert lines["http10"] == 'HTTP/1.1 200 True {"q": null, "body": null}'
     assert lines["open"].startswith("0 ")
     assert lines["nospace"] == 'HTTP/1.1 200 True {"q": "1", "body": null}'
-    assert lines["dupcl"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length"}'
-    assert lines["digits"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length"}'
-    assert lines["spacecolon"] == 'HTTP/1.1 400 True {"error": "Malformed header line"}'
+    assert lines["dupcl"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length", "code": "bad_request"}'
+    assert lines["digits"] == 'HTTP/1.1 400 True {"error": "Invalid Content-Length", "code": "bad_request"}'
+    assert lines["spacecolon"] == 'HTTP/1.1 400 True {"error": "Malformed header line", "code": "bad_request"}'
     assert lines["honest"] == 'HTTP/1.1 200 True {"q": "ok", "body": null}'
     assert lines["shed"] == "2 [False, False] [True, True, True] 3"
-    assert lines["wrap"] == 'HTTP/1.1 408 True {"error": "Request timeout"}'
+    assert lines["wrap"] == 'HTTP/1.1 408 True {"error": "Request timeout", "code": "timeout"}'

@@ -160,7 +160,7 @@ def test_committed_build_is_within_budget_and_its_etag_matches():
 
 def test_the_built_interface_keeps_its_budget():
     """Issue 20's budget: the whole interface (one gzipped file, the only request for the page) is at most 60 KB
-    (61,440 bytes, as web-src/build.mjs and bench_web count it), and the committed build is the one the sources make (web/files.tsv names its ETag)."""
+    (61,440 bytes, as web-src/build.mjs and bench_web count it), and web/files.tsv names this file's ETag."""
     path = os.path.join(ROOT, "web", "index.html.gz")
     data = open(path, "rb").read()
     assert len(data) <= 60 * 1024, len(data)

@@ -2,7 +2,7 @@
 
 import json
 
-from adafruit_httpserver import JSONResponse
+from adafruit_httpserver import Response
 
 
 class ApiError(Exception):
@@ -47,10 +47,14 @@ _CODES = {
 def error_response(request, code, message, fields=None, headers=None, key=None):
     """The uniform JSON error answer {"error": message, "code": stable code[, "fields": {...}]}; key names the code
     where the status alone does not say enough (a 400 with fields is always invalid_fields)."""
-    body = {"error": message, "code": key or ("invalid_fields" if fields else _CODES.get(code, "error"))}
+    # Written by hand in a fixed order (error, code, fields by name): CircuitPython's dicts keep no order, and an
+    # answer must not change its bytes with the interpreter.
+    name = key or ("invalid_fields" if fields else _CODES.get(code, "error"))
+    body = '{"error": %s, "code": %s' % (json.dumps(message), json.dumps(name))
     if fields:
-        body["fields"] = fields
-    return JSONResponse(request, body, status=status(code), headers=headers)
+        pairs = ["%s: %s" % (json.dumps(k), json.dumps(fields[k])) for k in sorted(fields)]
+        body += ', "fields": {%s}' % ", ".join(pairs)
+    return Response(request, body + "}", status=status(code), headers=headers, content_type="application/json")
 
 
 def read_json(request, required=True):

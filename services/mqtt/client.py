@@ -10,7 +10,10 @@
 #   the call ends once its packet is queued, and the answer is handled when read() frames it.
 # Nothing here sleeps or retries: timeouts, ping schedule and reconnect backoff belong to the service.
 
+import time
+
 from adafruit_minimqtt import adafruit_minimqtt as mm
+from adafruit_ticks import ticks_diff, ticks_ms
 from micropython import const
 
 from core.sockets import EAGAIN, ENOTCONN, ETIMEDOUT, connect_step, errno_of
@@ -78,6 +81,7 @@ class HardenedMQTT(mm.MQTT):
     on_pingresp(), on_suback(topic, granted). Failures raise LinkError; close() ends the session."""
 
     rx_max = 512           # largest incoming packet kept (header included); bigger ones are skipped
+    linger_ms = 0          # set by an orderly stop: how long the last close waits for the broker's (_linger)
     chunk_size = 256       # bytes per recv_into
     reads_per_poll = 2     # recv_into calls per read(): one bounded slice of incoming bytes
 
@@ -176,7 +180,26 @@ class HardenedMQTT(mm.MQTT):
     def _close_socket(self):
         self.flush_quietly()
         self.discard_input()  # after the last bytes went out, before the close that would otherwise reset
+        if self.linger_ms:
+            self._linger()
         self.close()
+
+    def _linger(self):
+        """Before the final close of an orderly stop: wait (at most linger_ms) for the broker to end the connection,
+        dropping what it sends meanwhile. Over TLS the broker answers DISCONNECT with a close_notify record; arriving
+        between our last read and our close, it turned the close into a reset (2 of 6 stops here)."""
+        sock = self._handoff.sock
+        if sock is None:
+            return
+        start = ticks_ms()
+        while ticks_diff(ticks_ms(), start) < self.linger_ms:
+            try:
+                if not sock.recv_into(self._chunk, len(self._chunk)):
+                    return              # the broker closed: our close is an orderly one now
+            except OSError as exc:
+                if not _would_block(errno_of(exc)):
+                    return
+                time.sleep(0.005)
 
     # ---------------------------------------------------------------- session calls (never wait)
 

@@ -155,7 +155,14 @@ class MqttService(Module):
         self._configure(self._now)
 
     def stop(self):
+        # The firmware is stopping (restart, update, SIGTERM): worth up to 300 ms for a close without a reset, so
+        # the broker keeps our goodbye instead of publishing the will. A settings change does not wait.
+        mq = self._mq
+        if mq is not None:
+            mq.linger_ms = 300
         self._disconnect(graceful=True)
+        if mq is not None:
+            mq.linger_ms = 0
 
     def ca_changed(self):
         """The custom CA was stored or deleted: a TLS connection reconnects with it."""
