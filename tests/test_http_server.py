@@ -527,3 +527,25 @@ def test_one_flooding_address_cannot_take_the_whole_budget_while_another_waits()
 def test_a_single_client_still_has_the_whole_budget():
     rl = RateLimiter(25, 10000)
     assert all(rl.allow(1000 + i, "10.0.0.66") for i in range(25)) and not rl.allow(1100, "10.0.0.66")
+
+
+def test_an_error_with_fields_is_the_same_bytes_whatever_the_dict_order():
+    """Error answers are written by hand (error, code, fields by name): CircuitPython's dicts keep no order, so a
+    dict would give other bytes on the device. Field names out of order and a non-ASCII reason."""
+    from services.api.answers import ApiError
+
+    def refuse(request):
+        raise ApiError(400, "Invalid settings", fields={"z.key": "zu lang", "a.key": "ungültig \"x\""})
+
+    h = Harness([Route("/f", [POST], refuse)])
+    try:
+        s = h.connect()
+        s.sendall(b"POST /f HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        answer = read_all(s, h)
+    finally:
+        h.stop()
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower()
+    assert body == (b'{"error": "Invalid settings", "code": "invalid_fields", '
+                    b'"fields": {"a.key": "ung\\u00fcltig \\"x\\"", "z.key": "zu lang"}}')
+    assert json.loads(body)["fields"] == {"z.key": "zu lang", "a.key": 'ungültig "x"'}

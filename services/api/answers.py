@@ -21,8 +21,7 @@ class ApiError(Exception):
 _REASONS = {
     200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
     404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
-    421: "Misdirected Request",
-    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
+    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type", 421: "Misdirected Request",
     422: "Unprocessable Entity", 431: "Request Header Fields Too Large", 429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -38,8 +37,8 @@ def status(code):
 # reading logs and curl output; clients (the web interface) translate the code, which never changes wording.
 _CODES = {
     400: "bad_request", 401: "token_missing_or_wrong", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 408: "timeout", 421: "wrong_host", 409: "conflict", 410: "gone", 411: "length_required",
-    413: "too_large", 415: "unsupported_type", 422: "unprocessable", 429: "too_many_requests",
+    405: "method_not_allowed", 408: "timeout", 409: "conflict", 410: "gone", 411: "length_required",
+    413: "too_large", 415: "unsupported_type", 421: "wrong_host", 422: "unprocessable", 429: "too_many_requests",
     431: "headers_too_large", 500: "device_error", 503: "unavailable",
 }
 

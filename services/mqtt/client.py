@@ -8,7 +8,8 @@
 # - _sock_exact_recv (a read loop of up to recv_timeout) by reads from one complete packet framed in read();
 # - _wait_for_msg (called in connect/subscribe/unsubscribe/ping to wait for the answer) by raising Pending:
 #   the call ends once its packet is queued, and the answer is handled when read() frames it.
-# Nothing here sleeps or retries: timeouts, ping schedule and reconnect backoff belong to the service.
+# Nothing here sleeps or retries: timeouts, ping schedule and reconnect backoff belong to the service. The one
+# exception is the last close of an orderly stop (linger_ms, set by the service only then): bounded, 300 ms.
 
 import time
 

@@ -8,10 +8,6 @@ from services.api.answers import error_response
 from services.mqtt.ca_store import MAX_BYTES, CertError, TooLarge
 
 
-def _error(request, code, reason, message):
-    return error_response(request, code, message)
-
-
 def _certificate_text(request):
     """The PEM text of a POST: text/plain (the spec) or {"certificate": "..."} (aio-wattwaechter); raises."""
     body = request.body or b""
@@ -43,11 +39,11 @@ def routes(app):
         try:
             ca.save(_certificate_text(request))
         except TooLarge as exc:
-            return _error(request, 413, "Payload Too Large", str(exc))
+            return error_response(request, 413, str(exc))
         except CertError as exc:
-            return _error(request, 400, "Bad Request", str(exc))
+            return error_response(request, 400, str(exc))
         except OSError as exc:
-            return _error(request, 500, "Internal Server Error", "certificate could not be stored (%s)" % exc)
+            return error_response(request, 500, "certificate could not be stored (%s)" % exc, key="storage_failed")
         app.mqtt.ca_changed()
         return JSONResponse(request, {"success": True, "message": "CA certificate stored; MQTT over TLS uses it "
                                       "instead of the built-in bundle", "bundle_size": ca.status()["bundle_size"]})
@@ -55,7 +51,7 @@ def routes(app):
     def ca_delete(request):
         ca = app.mqtt.ca
         if not ca.delete():
-            return _error(request, 404, "Not Found", "no custom CA certificate is stored")
+            return error_response(request, 404, "no custom CA certificate is stored")
         app.mqtt.ca_changed()
         return JSONResponse(request, {"success": True, "message": "CA certificate deleted; MQTT over TLS uses the "
                                       "built-in bundle", "bundle_size": ca.status()["bundle_size"]})

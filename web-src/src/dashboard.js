@@ -1,9 +1,9 @@
 // Dashboard: signed power, totals, the other readings, meter health; one request per 4 s, info every 20 s.
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { api, bus, poller } from './api.js';
+import { api, poller } from './api.js';
 import { Chart, steps } from './chart.js';
 import { num, t } from './i18n.js';
-import { Msg, Table, deviceToday, deviceUtc, errText, html, lastInfo, sectionMap } from './ui.js';
+import { Msg, Table, deviceToday, deviceUtc, errText, html, sectionMap, useInfo } from './ui.js';
 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
@@ -36,11 +36,13 @@ function LiveChart({ live, offset }) {
 
 export function Dashboard() {
   const [latest, setLatest] = useState(undefined); // undefined: not loaded; null: 204 (meter silent)
-  const [meter, setMeter] = useState(null);
   const [today, setToday] = useState(null);
   const [err, setErr] = useState('');
   const [live, setLive] = useState([[], []]);
-  const [offset, setOffset] = useState(0); // the device's UTC offset (s), from a reading's local datetime
+  // The shell polls /system/info for the status strip; the meter health and the live chart's clock read it.
+  const info = useInfo();
+  const meter = info ? sectionMap(info.meter) : null;
+  const offset = info ? +sectionMap(info.clock).utc_offset_min * 60 || 0 : 0; // the device's UTC offset (s)
   useEffect(() => {
     const stopLatest = poller(async () => {
       try {
@@ -48,7 +50,6 @@ export function Dashboard() {
         setLatest(r);
         setErr('');
         if (r && r.timestamp && r['16.7.0']) {
-          if (r.datetime) setOffset(Date.parse(r.datetime.slice(0, 19) + 'Z') / 1000 - r.timestamp);
           setLive((l) => addLive(l, r.timestamp, r['16.7.0'].value));
         } else setLive((l) => addLive(l, Math.round(deviceUtc()), null));
       } catch (e) {
@@ -60,14 +61,9 @@ export function Dashboard() {
     }, LATEST_MS);
     // Today's import, export and balance: the totals of today's quarter hours (highRes), every 5 minutes.
     const stopToday = poller(async () => setToday(await api('/history/highRes?date=' + deviceToday())), TODAY_MS);
-    // The shell polls /system/info for the status strip; the meter health reads the same answer.
-    const onInfo = (e) => setMeter(sectionMap(e.detail.meter));
-    if (lastInfo.value) setMeter(sectionMap(lastInfo.value.meter));
-    bus.addEventListener('info', onInfo);
     return () => {
       stopLatest();
       stopToday();
-      bus.removeEventListener('info', onInfo);
     };
   }, []);
 

@@ -1,9 +1,9 @@
 // Security: two-phase token creation (generate, show, copy or download the pair, confirm within 60 s), then
 // api_auth_required on/off (offered once a pair exists), and the token this browser keeps.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, api, bus, download, getToken, remembered, setToken } from './api.js';
+import { ApiError, api, download, getToken, remembered, setToken } from './api.js';
 import { t } from './i18n.js';
-import { Msg, errText, html, lastInfo, sectionMap } from './ui.js';
+import { Msg, errText, html, sectionMap, useInfo } from './ui.js';
 
 // Copy a token: the Clipboard API needs a secure context, which http://<device> is not; a selected hidden field
 // and execCommand('copy') work there.
@@ -95,14 +95,12 @@ export function Security() {
   const [doc, setDoc] = useState(null);
   const [msg, setMsg] = useState(null);
   const [fieldErr, setFieldErr] = useState('');
-  const [paired, setPaired] = useState(tokensSet(lastInfo.value)); // null until the shell's first /system/info
+  const [confirmed, setConfirmed] = useState(false); // a pair confirmed here, before the next /system/info says so
+  const paired = confirmed || tokensSet(useInfo()); // null until the shell's first /system/info
   const [, setTick] = useState(0);
   const load = () => api('/settings').then(setDoc, (e) => setMsg(['err', errText(e)]));
   useEffect(() => {
     load();
-    const onInfo = (e) => setPaired((p) => p || tokensSet(e.detail));
-    bus.addEventListener('info', onInfo);
-    return () => bus.removeEventListener('info', onInfo);
   }, []);
   const setAuth = async (on) => {
     setMsg(null);
@@ -123,7 +121,7 @@ export function Security() {
   };
   return html`<section aria-labelledby="h-sec">
     <h1 id="h-sec">${t('security')}</h1>
-    <${Rotation} name=${(doc && doc.device_name) || 'Meter Plus'} onConfirmed=${() => setPaired(true)} />
+    <${Rotation} name=${(doc && doc.device_name) || 'Meter Plus'} onConfirmed=${() => setConfirmed(true)} />
     <div class="card"><h2>${t('authRequired')}</h2>
       <p data-test="auth-state">${doc ? (on ? t('authOn') : t('authOff')) : '…'}</p>
       ${doc && !on && paired === false && html`<p data-test="pair-first">${t('pairFirst')}</p>`}

@@ -1,10 +1,10 @@
 // Settings: every key of the settings document in sections; the rules checked here first, the device's 400 fields
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, api, bus, download } from './api.js';
+import { ApiError, api, download } from './api.js';
 import { fieldLabel, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
-import { Msg, errText, getPath, html, lastInfo, sectionMap } from './ui.js';
+import { Msg, errText, getPath, html, sectionMap, useInfo } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
@@ -402,12 +402,7 @@ function PairBox() {
 
 // Whether the access point runs now (the setting says only whether it always runs), from the shell's /system/info.
 function ApNow() {
-  const [info, setInfo] = useState(lastInfo.value);
-  useEffect(() => {
-    const on = (e) => setInfo(e.detail);
-    bus.addEventListener('info', on);
-    return () => bus.removeEventListener('info', on);
-  }, []);
+  const info = useInfo();
   const ap = info ? sectionMap(info.ap) : null;
   return ap && html`<p class="small" data-test="ap-now">${ap.active ? t('apRunning', ap.ssid || '') : t('apStopped')}</p>`;
 }

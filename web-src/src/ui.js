@@ -1,6 +1,8 @@
 // Shared bits of the pages: htm bound to Preact, the device clock, small components.
 import { h } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
 import htm from 'htm';
+import { bus } from './api.js';
 import { known, t } from './i18n.js';
 
 export const html = htm.bind(h);
@@ -9,6 +11,16 @@ export const html = htm.bind(h);
 const clock = { utc: 0, offsetMin: null, at: 0 };
 // The last /system/info (the shell polls it every 20 s for the status strip; pages read it instead of asking again).
 export const lastInfo = { value: null };
+// That answer, kept current in a component: the shell announces each new one on the bus.
+export function useInfo() {
+  const [info, setInfo] = useState(lastInfo.value);
+  useEffect(() => {
+    const on = (e) => setInfo(e.detail);
+    bus.addEventListener('info', on);
+    return () => bus.removeEventListener('info', on);
+  }, []);
+  return info;
+}
 export function noteInfo(info) {
   lastInfo.value = info;
   const v = sectionMap(info && info.clock);
