@@ -63,6 +63,7 @@ FEATURES = (
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
     ("web", "services.web.wiring"),                # the web interface's files
     ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
+    ("shelly", "services.emulation.shelly_wiring"),   # a Shelly Pro 3EM for batteries (HTTP + UDP JSON-RPC)
     ("ota", "services.ota.wiring"),                # signed updates
     ("outages", "services.outages.wiring"),        # when the device went down and why
     ("cloud", "services.cloud.wiring"),            # optional cloud upload

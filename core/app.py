@@ -31,6 +31,10 @@ class App:
         self.outages = None
         self.cloud = None
         self.cloud_pairing = None
+        self.shelly_ident = None  # services.emulation.shelly_rpc.Identity (emulated Shelly Pro 3EM)
+        self.shelly_udp = None  # services.emulation.shelly_udp.ShellyUdp
+        self.shelly_ws = None   # services.emulation.shelly_ws.ShellyWs (Home Assistant's WebSocket RPC)
+        self.sma = None         # services.emulation.sma_sender (SMA Energy Meter datagrams)
         self.heap_largest = None  # callable: the largest free block (espidf), or None
         # What the features' wiring entries (services/*/wiring.py) share while code.py builds them:
         self.pool = None        # socketpool.SocketPool

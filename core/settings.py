@@ -39,6 +39,9 @@ DEFAULTS = {
     "ota": {"url": "http://updates.meter-plus.invalid/ota/stable/manifest.json"},
     # docs/cloud.md: the cloud endpoint (TLS); a placeholder until the vendor's service exists
     "cloud": {"host": "cloud.meter-plus.invalid", "port": 8883},
+    # docs/emulation.md: the device as a Shelly Pro 3EM and an SMA Energy Meter for batteries; off by default
+    "emulation": {"shelly": False, "shellyUdpPort": 1010, "shellyUdpPort2": 2220,
+                  "sma": False, "smaSerial": 0, "smaSusyId": 349, "smaTargets": ""},
 }
 
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
@@ -50,7 +53,8 @@ RESTART_PREFIXES = ("wifi.", "accessPoint.")
 # text (max a characters, no control characters); ssid (max 32 bytes, no NUL); wpa (secret 8..63 bytes, no control
 # characters); secret (max a bytes, anything else: an MQTT password is binary data); ipv4/mask (empty allowed);
 # host (hostname or IPv4, empty allowed if a); zone; lang; int (a..b); choice (a = allowed values);
-# ratio (1..10000 in steps of 0.1); topic (max a characters, no + or #).
+# ratio (1..10000 in steps of 0.1); topic (max a characters, no + or #); ipv4list (at most a unicast IPv4 addresses
+# separated by commas, empty allowed).
 _IP = (("static_ip", ("bool", 0, 0)), ("ip", ("ipv4", 0, 0)), ("subnet", ("mask", 0, 0)),
        ("gateway", ("ipv4", 0, 0)), ("dns", ("ipv4", 0, 0)))
 SCHEMA = {
@@ -85,6 +89,13 @@ SCHEMA = {
     "ota.url": ("url", True, 0),
     "cloud.host": ("host", True, 0),
     "cloud.port": ("int", 1, 65535),
+    "emulation.shelly": ("bool", 0, 0),
+    "emulation.shellyUdpPort": ("int", 0, 65535),    # 0: this listener off (each costs one of the 8 sockets)
+    "emulation.shellyUdpPort2": ("int", 0, 65535),
+    "emulation.sma": ("bool", 0, 0),
+    "emulation.smaSerial": ("int", 0, 4294967295),   # 0: derived from the device id
+    "emulation.smaSusyId": ("int", 1, 65535),
+    "emulation.smaTargets": ("ipv4list", 3, 0),      # unicast receivers besides the multicast group
 }
 for _p in ("primary", "secondary"):
     SCHEMA["wifi.%s.ssid" % _p] = ("ssid", 0, 0)
@@ -176,6 +187,18 @@ def check(key, value, zone_ok):
         if reason is not None:
             return None, "%s %s" % (value, reason)
         return value, None
+    if kind == "ipv4list":
+        parts = [p.strip() for p in value.split(",")] if value.strip() else []
+        if len(parts) > a:
+            return None, "at most %d addresses" % a
+        for part in parts:
+            n = _parse_ipv4(part)
+            if n is None:
+                return None, "must be IPv4 addresses like 192.168.1.10, separated by commas"
+            reason = _host_reason(n) if n >> 24 != 127 else None   # loopback stays: a receiver on the host runtime
+            if reason is not None:
+                return None, "%s %s" % (part, reason)
+        return ",".join(parts), None
     if kind == "host":
         if value == "":
             return (value, None) if a else (None, "must not be empty")

@@ -56,6 +56,7 @@ class _Conn:
         self.chunks = None      # iterator of a ChunkedResponse body
         self.streaming = None   # the ChunkedResponse being streamed
         self.after = None       # request.after_sent: called once the answer went out (e.g. the reboot)
+        self.take_over = None   # request.take_over(sock, addr): gets the socket instead of a close (a WebSocket)
         self.request = None
         self.drain = False      # unread input may follow an early answer: drain it before closing
         self.slotted = False    # holds one of the max_connections slots (a newcomer does not yet)
@@ -185,8 +186,19 @@ class HardenedServer(Server):
         return False
 
     def _finish(self, c):
-        """Close a connection and run its after_sent once."""
-        self._close(c)
+        """Close a connection (or hand it to its taker once the whole answer went out) and run its after_sent once."""
+        take, c.take_over = c.take_over, None
+        if take is not None and c.phase == _SEND and c.sent >= len(c.out) and c.chunks is None:
+            try:
+                take(c.sock, c.addr)   # e.g. a WebSocket after its 101: the slot is free, the socket lives on
+                self._count("handed_over")
+            except Exception as exc:
+                self._count("errors")
+                self._close(c)
+                if self._log is not None:
+                    self._log.error("http take_over: %s %s", type(exc).__name__, exc)
+        else:
+            self._close(c)
         if c.after is not None:
             after, c.after = c.after, None
             try:
@@ -427,6 +439,7 @@ class HardenedServer(Server):
                     values[i] = unquote(values[i])
             response = self._dispatch(request)
             c.after = getattr(request, "after_sent", None)
+            c.take_over = getattr(request, "take_over", None)
             if not c.slotted and isinstance(response, ChunkedResponse) and not self._room_for(c, now, True)[0]:
                 # A stream needs a slot for many polls and every slot is busy: a clear "later" instead of a
                 # newcomer that would hold the momentary socket (and stop all accepting) while it trickles out.

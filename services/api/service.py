@@ -15,6 +15,9 @@ from services.api.server import HardenedServer
 
 ALIVE_PATH = "/api/v1/system/alive"
 METRICS_PATH = "/metrics"   # services/metrics: outside /api/ as Prometheus expects, but an API request
+# services/emulation: the emulated Shelly's paths. Batteries send no token and poll once a second: read-only
+# answers, token-free, on a request budget of their own that neither spends nor waits for the API's.
+EMULATION_PATHS = ("/shelly", "/rpc")
 # The page's own 429 (both languages: the page cannot know the user's yet); it reloads itself after Retry-After.
 PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">'
             '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus</title></head>'
@@ -33,8 +36,18 @@ AUTH_TABLE = (
     ("/api/", "GET", READ),
     ("/api/", None, WRITE),
     (METRICS_PATH, "GET", READ),
+    ("/shelly", "GET", OPEN),
+    ("/rpc", None, OPEN),
     ("/", "GET", OPEN),   # outside /api/ only the web interface's static files: the page asks for the token itself
 )
+
+
+def is_emulation(path):
+    """True for the emulated Shelly's paths (/shelly, /rpc, /rpc/<Method>)."""
+    for p in EMULATION_PATHS:
+        if path == p or path.startswith(p + "/"):
+            return True
+    return False
 
 
 def required_level(method, path):
@@ -134,6 +147,7 @@ class HttpApi(Module):
     retry_after_503 = "5"
     alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
     page_budget = 10              # page and static-file requests per window: a budget of their own (_page_refused)
+    emulation_budget = 30         # emulated-Shelly requests per window: two batteries polling once a second, + 50 %
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
                  ticks=ticks_ms):
@@ -149,6 +163,7 @@ class HttpApi(Module):
         self.limiter = RateLimiter(rate_limit, rate_window_ms)
         self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
         self.page_limiter = RateLimiter(self.page_budget, rate_window_ms)
+        self.emulation_limiter = RateLimiter(self.emulation_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
 
@@ -171,6 +186,7 @@ class HttpApi(Module):
         self.limiter.prune(now_ms)
         self.alive_limiter.prune(now_ms)
         self.page_limiter.prune(now_ms)
+        self.emulation_limiter.prune(now_ms)
         auth = getattr(self._app, "auth", None)
         if auth is not None:
             auth.poll(now_ms)
@@ -222,7 +238,13 @@ class HttpApi(Module):
                                                 "device's own web page or from clients that are not browsers" % refused,
                                   key="cross_site")
         now = self._ticks()
-        if request.method in ("GET", "HEAD") and not request.path.startswith("/api/") and request.path != METRICS_PATH:
+        if is_emulation(request.path):
+            addr = request.client_address
+            if not self.emulation_limiter.allow(now, addr[0] if isinstance(addr, tuple) and addr else None):
+                self.count("emulation_rate_limited")
+                return error_response(request, 429, "Too many requests", headers={"Retry-After": "1"})
+        elif request.method in ("GET", "HEAD") and not request.path.startswith("/api/") and \
+                request.path != METRICS_PATH:
             # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
             # other client spend; it has a budget of its own, and its refusal is a page, not raw JSON.
             if not self.page_limiter.allow(now):

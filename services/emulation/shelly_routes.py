@@ -1,0 +1,96 @@
+"""The Shelly Pro 3EM over HTTP: GET /shelly, GET /rpc/<Method>?id=0 and JSON-RPC POST /rpc, without a token and
+read-only (batteries send none; no method changes a setting or a state). 404 while emulation.shelly is off."""
+
+import json
+
+from adafruit_httpserver import GET, POST, Response, Route
+from adafruit_ticks import ticks_ms
+
+from services.api.answers import error_response, status
+from services.emulation import shelly_rpc, ws_frames
+from services.emulation.meter_view import view
+
+_JSON = "application/json"
+PATHS = ("/shelly", "/rpc")     # the API service gives these their own request budget and needs no token for them
+
+
+def _params(request):
+    """A GET's query as RPC params: each value as JSON where it parses (id=0 -> 0), else as the text."""
+    out = {}
+    storage = request.query_params._storage
+    for name in storage:
+        text = storage[name][0]
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            out[name] = text
+    return out
+
+
+def _http_status(err):
+    return 503 if err.code == shelly_rpc.UNAVAILABLE else 404 if err.code == shelly_rpc.NOT_FOUND else 400
+
+
+def routes(app):
+    """[Route] of the emulated Shelly; app.shelly_ident (shelly_rpc.Identity), bus, settings, energy floor."""
+
+    def on():
+        return app.settings.get("emulation.shelly", False)
+
+    def current():
+        return view(app.bus.latest("reading"), ticks_ms(), app.energy_floor)
+
+    def uptime():
+        return app.log.uptime.ms() // 1000
+
+    def off(request):
+        return error_response(request, 404, "Not found")
+
+    def shelly(request):
+        if not on():
+            return off(request)
+        return Response(request, shelly_rpc.device_info(app.shelly_ident), content_type=_JSON)
+
+    def rpc_get(request, method):
+        """A Shelly answers GET /rpc/<Method> with the bare result, or {"code", "message"} and an HTTP error."""
+        if not on():
+            return off(request)
+        try:
+            body = shelly_rpc.result(method, _params(request), current(), app.shelly_ident, uptime())
+        except shelly_rpc.RpcError as err:
+            body = '{"code":%d,"message":%s}' % (err.code, json.dumps(err.message))
+            return Response(request, body, status=status(_http_status(err)), content_type=_JSON)
+        return Response(request, body, content_type=_JSON)
+
+    def rpc_post(request):
+        """JSON-RPC over HTTP: {"id", "method", "params"} -> a frame with the result or the error."""
+        if not on():
+            return off(request)
+        try:
+            doc = json.loads(request.body or b"")
+        except Exception:   # ValueError, UnicodeError, a recursion error from deep nesting
+            doc = None
+        req_id, src = None, None
+        try:
+            req_id, src, method, params = shelly_rpc.request_fields(doc)
+            body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
+        except shelly_rpc.RpcError as err:
+            return Response(request, shelly_rpc.frame(req_id, app.shelly_ident.id, src, error=err),
+                            content_type=_JSON)
+        return Response(request, shelly_rpc.frame(req_id, app.shelly_ident.id, src, body), content_type=_JSON)
+
+    def rpc_ws(request):
+        """The WebSocket handshake of ws://device/rpc; the session then belongs to app.shelly_ws, not to a slot."""
+        if not on() or app.shelly_ws is None:
+            return off(request)
+        headers = request.headers
+        key = headers.get("Sec-WebSocket-Key")
+        if (headers.get("Upgrade") or "").lower() != "websocket" or not key or len(key) > 64:
+            return error_response(request, 400, "WebSocket upgrade expected (JSON-RPC: POST /rpc)")
+        request.take_over = app.shelly_ws.adopt
+        return Response(request, "", status=(101, "Switching Protocols"), content_type=None,
+                        headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                 "Sec-WebSocket-Accept": ws_frames.accept_key(key)})
+
+    return [Route("/shelly", GET, shelly), Route("/rpc/<method>", GET, rpc_get), Route("/rpc", POST, rpc_post),
+            Route("/rpc", GET, rpc_ws)]

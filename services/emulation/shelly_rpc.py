@@ -1,0 +1,212 @@
+"""Shelly Pro 3EM (Gen2 RPC) answers from a MeterView: device info, EM/EMData status, JSON-RPC frames.
+
+Every answer is written by hand in a fixed key order with exact decimals (no float, no dict order): the same bytes
+on CircuitPython as here. Field names, order and digits follow a real Pro 3EM (docs/emulation.md cites them).
+"""
+
+import json
+
+from meter.decimal import rescale, to_str
+
+MODEL = "SPEM-003CEBEU"
+APP = "Pro3EM"
+FW_VER = "1.4.4"                              # the Pro 3EM firmware whose answers these copy
+FW_ID = "20241011-114455/1.4.4-g6d2a586"
+UNAVAILABLE = -114                            # Shelly's "resource unavailable" (a stale meter)
+NOT_FOUND = 404                               # Shelly answers an unknown method with code 404
+BAD_ARGUMENT = -103
+
+# Methods a battery, Home Assistant (aioshelly) or a user may call; everything else is 404, nothing changes state.
+METHODS = ("Shelly.GetDeviceInfo", "Shelly.GetStatus", "Shelly.GetConfig", "Shelly.GetComponents",
+           "Shelly.GetMethods", "EM.GetStatus", "EM.GetConfig", "EMData.GetStatus", "Sys.GetStatus",
+           "Sys.GetConfig")
+
+
+class RpcError(Exception):
+    """A JSON-RPC error: code and message as a Shelly sends them."""
+
+    def __init__(self, code, message):
+        Exception.__init__(self, message)
+        self.code = code
+        self.message = message
+
+
+class Identity:
+    """Who the emulated Shelly is: id shellypro3em-<mac>, the MAC in capitals, a name, the firmware we run."""
+
+    def __init__(self, mac_hex, name=None, version="0.1.0"):
+        self.mac = mac_hex.upper()
+        self.id = "shellypro3em-" + mac_hex.lower()
+        self.name = name
+        self.version = version
+
+
+def _num(v, places):
+    """A JSON number of (m, e) with a fixed number of decimals, or null."""
+    if v is None:
+        return "null"
+    m, e = rescale(v[0], v[1], -places)
+    return to_str(m, e)
+
+
+def _str(s):
+    return "null" if s is None else json.dumps(s)
+
+
+def device_info(ident):
+    """GET /shelly and Shelly.GetDeviceInfo: the Pro 3EM's own fields in its order (auth off: no digest needed)."""
+    return ('{"name":%s,"id":"%s","mac":"%s","slot":1,"model":"%s","gen":2,"fw_id":"%s","ver":"%s","app":"%s",'
+            '"auth_en":false,"auth_domain":null,"profile":"triphase"}'
+            % (_str(ident.name), ident.id, ident.mac, MODEL, FW_ID, FW_VER, APP))
+
+
+def _sum(values):
+    """Sum of (m, e) values, None when any is None."""
+    total = (0, 0)
+    for v in values:
+        if v is None:
+            return None
+        a, b = total, v
+        e = a[1] if a[1] < b[1] else b[1]
+        total = (a[0] * 10 ** (a[1] - e) + b[0] * 10 ** (b[1] - e), e)
+    return total
+
+
+def _abs(v):
+    return None if v is None else (abs(v[0]), v[1])
+
+
+def em_status(view):
+    """EM.GetStatus id 0: per phase current, voltage, active and apparent power, pf, frequency; totals.
+
+    Apparent power is |active| (a meter reads no reactive part) and pf 1: the fields a client reads must be there."""
+    parts = ['{"id":0']
+    for i, ph in enumerate("abc"):
+        power = view.phases[i]
+        parts.append('"%s_current":%s,"%s_voltage":%s,"%s_act_power":%s,"%s_aprt_power":%s,"%s_pf":%s,'
+                     '"%s_freq":%s'
+                     % (ph, _num(view.current[i] if view.current[i] is not None else (0, 0), 3),
+                        ph, _num(view.voltage[i], 1), ph, _num(power, 1), ph, _num(_abs(power), 1),
+                        ph, "1" if power is not None and power[0] else "0", ph, _num(view.frequency, 1)))
+    total_current = _sum(c if c is not None else (0, 0) for c in view.current)
+    parts.append('"n_current":null,"total_current":%s,"total_act_power":%s,"total_aprt_power":%s,'
+                 '"user_calibrated_phase":[]}'
+                 % (_num(total_current, 3), _num(view.power, 3),
+                    _num(_sum(_abs(p) for p in view.phases), 3)))
+    return ",".join(parts)
+
+
+def emdata_status(view):
+    """EMData.GetStatus id 0: energies in Wh; the meter's totals on phase a when it sends none per phase."""
+    imp, exp = view.import_wh, view.export_wh
+    zero = (0, 0)
+    return ('{"id":0,"a_total_act_energy":%s,"a_total_act_ret_energy":%s,"b_total_act_energy":0,'
+            '"b_total_act_ret_energy":0,"c_total_act_energy":0,"c_total_act_ret_energy":0,"total_act":%s,'
+            '"total_act_ret":%s}'
+            % (_num(imp or zero, 2), _num(exp or zero, 2), _num(imp or zero, 2), _num(exp or zero, 2)))
+
+
+def _em_config():
+    return ('{"id":0,"name":null,"blink_mode_selector":"active_energy","phase_selector":"all",'
+            '"monitor_phase_sequence":true,"ct_type":"120A"}')
+
+
+def _sys_config(ident):
+    return ('{"device":{"name":%s,"mac":"%s","fw_id":"%s","discoverable":true,"eco_mode":false,'
+            '"profile":"triphase"},"location":{"tz":null,"lat":null,"lon":null},"debug":{"websocket":'
+            '{"enable":false}},"ui_data":{},"rpc_udp":{"dst_addr":null,"listen_port":null},'
+            '"sntp":{"server":"time.google.com"},"cfg_rev":1}' % (_str(ident.name), ident.mac, FW_ID))
+
+
+def _sys_status(ident, uptime_s):
+    return ('{"mac":"%s","restart_required":false,"time":null,"unixtime":null,"uptime":%d,"ram_size":262144,'
+            '"ram_free":100000,"fs_size":524288,"fs_free":200000,"cfg_rev":1,"kvs_rev":0,"schedule_rev":0,'
+            '"webhook_rev":0,"available_updates":{}}' % (ident.mac, uptime_s))
+
+
+def _null_em():
+    return ('{"id":0,"errors":["no_meter_data"],"a_current":null,"a_voltage":null,"a_act_power":null,'
+            '"b_current":null,"b_voltage":null,"b_act_power":null,"c_current":null,"c_voltage":null,'
+            '"c_act_power":null,"total_current":null,"total_act_power":null}')
+
+
+def _id_param(params):
+    """The component id a method names (only 0 exists); RpcError otherwise."""
+    cid = 0 if params is None else params.get("id", 0)
+    if isinstance(cid, bool) or not isinstance(cid, int):
+        raise RpcError(BAD_ARGUMENT, "Argument 'id', value type is invalid!")
+    if cid != 0:
+        raise RpcError(NOT_FOUND, "Component not found: %d" % cid)
+
+
+def result(method, params, view, ident, uptime_s=0):
+    """The JSON text of a method's result; RpcError for an unknown method, a bad id or (power values) a stale meter.
+
+    view None = the meter is stale or silent: EM.GetStatus and EMData.GetStatus refuse with UNAVAILABLE rather
+    than repeat an old value; Shelly.GetStatus (Home Assistant) shows the meter with null values instead."""
+    if params is not None and not isinstance(params, dict):
+        raise RpcError(BAD_ARGUMENT, "Invalid params")
+    if method == "Shelly.GetDeviceInfo":
+        return device_info(ident)
+    if method in ("EM.GetStatus", "EMData.GetStatus", "EM.GetConfig"):
+        _id_param(params)
+        if method == "EM.GetConfig":
+            return _em_config()
+        if view is None:
+            raise RpcError(UNAVAILABLE, "No fresh meter reading")
+        return em_status(view) if method == "EM.GetStatus" else emdata_status(view)
+    if method == "Shelly.GetStatus":
+        em = em_status(view) if view is not None else _null_em()
+        data = emdata_status(view) if view is not None else '{"id":0,"errors":["no_meter_data"]}'
+        return ('{"ble":{},"cloud":{"connected":false},"em:0":%s,"emdata:0":%s,"eth":{"ip":null},'
+                '"modbus":{},"mqtt":{"connected":false},"sys":%s,"wifi":{"sta_ip":null,"status":"got ip"},'
+                '"ws":{"connected":false}}' % (em, data, _sys_status(ident, uptime_s)))
+    if method == "Shelly.GetConfig":
+        return ('{"ble":{"enable":false},"cloud":{"enable":false},"em:0":%s,"emdata:0":{},"mqtt":{"enable":false},'
+                '"sys":%s,"wifi":{"sta":{"ssid":null,"enable":true}},"ws":{"enable":false}}'
+                % (_em_config(), _sys_config(ident)))
+    if method == "Shelly.GetComponents":
+        return '{"components":[],"cfg_rev":1,"offset":0,"total":0}'
+    if method == "Shelly.GetMethods":
+        return '{"methods":[%s]}' % ",".join('"%s"' % m for m in METHODS)
+    if method == "Sys.GetStatus":
+        return _sys_status(ident, uptime_s)
+    if method == "Sys.GetConfig":
+        return _sys_config(ident)
+    raise RpcError(NOT_FOUND, "No handler for %s" % method)
+
+
+def frame(req_id, src, dst, body=None, error=None):
+    """A JSON-RPC answer frame {"id", "src", "dst", "result" | "error"} as a Shelly sends it."""
+    head = '{"id":%s,"src":"%s"' % (json.dumps(req_id), src)
+    if dst is not None:
+        head += ',"dst":%s' % json.dumps(dst)
+    if error is not None:
+        return head + ',"error":{"code":%d,"message":%s}}' % (error.code, json.dumps(error.message))
+    return head + ',"result":' + body + "}"
+
+
+def request_fields(doc):
+    """(id, src, method, params) of a decoded JSON-RPC request; RpcError for one that is not."""
+    if not isinstance(doc, dict):
+        raise RpcError(BAD_ARGUMENT, "Request must be a JSON object")
+    method = doc.get("method")
+    if not isinstance(method, str) or not method or len(method) > 64:
+        raise RpcError(BAD_ARGUMENT, "Missing or invalid method")
+    req_id = doc.get("id")
+    if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
+        req_id = None
+    src = doc.get("src")
+    return req_id, (src if isinstance(src, str) and len(src) <= 64 else None), method, doc.get("params")
+
+
+def answer_datagram(data, view, ident, uptime_s=0):
+    """The answer to one JSON-RPC datagram (bytes) or None: a battery gets silence, never an old value, when the
+    meter is stale, and a datagram that is not JSON-RPC gets none either (it may not even be meant for us)."""
+    try:
+        doc = json.loads(data)
+        req_id, src, method, params = request_fields(doc)
+        body = result(method, params, view, ident, uptime_s)
+    except (ValueError, RpcError):
+        return None
+    return frame(req_id, ident.id, src or "unknown", body).encode()

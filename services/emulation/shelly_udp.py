@@ -1,0 +1,112 @@
+"""The Shelly Pro 3EM's UDP JSON-RPC as batteries poll it (Marstek, Hoymiles, Zendure): one socket per port."""
+
+import errno
+
+from adafruit_ticks import ticks_diff
+
+from core.module import Module
+from core.sockets import close_quietly
+from services.emulation import shelly_rpc
+from services.emulation.meter_view import view
+
+
+class ShellyUdp(Module):
+    """pool: socketpool.SocketPool; bus (latest "reading"); settings (emulation.*); ident: shelly_rpc.Identity;
+    uptime: callable -> seconds. Listens only while emulation.shelly is on, on emulation.shellyUdpPort and
+    shellyUdpPort2 (0 = that one off): each is one of the device's 8 sockets."""
+
+    name = "shelly_udp"
+    max_per_poll = 4          # datagrams answered per socket and poll: a flood cannot starve the loop
+    retry_ms = 5000           # after a failed bind or out of sockets
+    max_datagram = 512        # a battery's request is ~60 bytes; longer ones are not JSON-RPC for us
+
+    def __init__(self, pool, bus, settings, ident, energy_floor=None, uptime=None, host="0.0.0.0"):
+        Module.__init__(self)
+        self._pool = pool
+        self._bus = bus
+        self._settings = settings
+        self._ident = ident
+        self._floor = energy_floor
+        self._uptime = uptime
+        self.host = host
+        self._in = bytearray(self.max_datagram)
+        self._socks = {}          # port -> socket
+        self._failed_at = None
+        self.last_answer_ms = None
+
+    def wanted_ports(self):
+        """The ports to listen on now (none while the emulation is off)."""
+        s = self._settings
+        if not s.get("emulation.shelly", False):
+            return ()
+        ports = []
+        for key in ("emulation.shellyUdpPort", "emulation.shellyUdpPort2"):
+            port = s.get(key, 0)
+            if isinstance(port, int) and port > 0 and port not in ports:
+                ports.append(port)
+        return ports
+
+    def poll(self, now_ms):
+        ports = self.wanted_ports()
+        for port in list(self._socks):
+            if port not in ports:
+                self._socks[port] = close_quietly(self._socks[port])
+                del self._socks[port]
+        missing = [p for p in ports if p not in self._socks]
+        if missing and (self._failed_at is None or not 0 <= ticks_diff(now_ms, self._failed_at) < self.retry_ms):
+            for port in missing:
+                self._open(port, now_ms)
+        for port in self._socks:
+            self._serve(self._socks[port], now_ms)
+
+    def _serve(self, sock, now_ms):
+        for _ in range(self.max_per_poll):
+            try:
+                n, addr = sock.recvfrom_into(self._in)
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    self.count("recv_errors")
+                return
+            current = view(self._bus.latest("reading"), now_ms, self._floor)
+            if current is None or current.power is None:
+                self.count("stale_silent")    # no answer at all: the battery keeps its own safe state
+                continue
+            answer = shelly_rpc.answer_datagram(bytes(self._in[:n]), current, self._ident,
+                                                self._uptime() if self._uptime is not None else 0)
+            if answer is None:
+                self.count("ignored")
+                continue
+            try:
+                sock.sendto(answer, addr)
+                self.count("answers")
+                self.last_answer_ms = now_ms
+            except OSError:
+                self.count("send_errors")
+
+    def _open(self, port, now_ms):
+        try:
+            sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
+        except (OSError, RuntimeError):  # out of sockets is a RuntimeError on CircuitPython
+            self.count("no_socket")
+            self._failed_at = now_ms
+            return
+        try:
+            sock.setblocking(False)
+            sock.bind((self.host, port))
+        except OSError:
+            sock.close()
+            self.count("bind_errors")
+            self._failed_at = now_ms
+            return
+        self._socks[port] = sock
+        self._failed_at = None
+
+    def stop(self):
+        for port in list(self._socks):
+            close_quietly(self._socks[port])
+        self._socks = {}
+
+    def describe(self):
+        d = Module.describe(self)
+        d["ports"] = sorted(self._socks)
+        return d

@@ -1,0 +1,159 @@
+"""The emulated Shelly's WebSocket RPC (ws://device/rpc), as Home Assistant's Shelly integration (aioshelly) holds
+it open: adopted from the HTTP server after the 101 answer, so it never keeps one of the two HTTP slots."""
+
+import errno
+import json
+
+from adafruit_ticks import ticks_diff
+
+from core.module import Module
+from core.sockets import close_quietly
+from services.emulation import shelly_rpc, ws_frames
+from services.emulation.meter_view import view
+
+
+class _Session:
+    """One adopted connection: its socket, unread input, pending output, when a byte last came in."""
+
+    def __init__(self, sock, addr, now, size):
+        self.sock = sock
+        self.addr = addr
+        self.inbuf = bytearray(size)
+        self.n = 0
+        self.out = b""
+        self.heard = now
+
+
+class ShellyWs(Module):
+    """bus, settings, ident (shelly_rpc.Identity), energy floor, uptime (callable -> s). At most max_sessions (each
+    one of the 8 sockets; a newer one replaces the oldest), closed when silent for idle_ms (aioshelly pings every
+    55 s) or when the emulation is switched off."""
+
+    name = "shelly_ws"
+    max_sessions = 1
+    idle_ms = 120000
+    max_frame = 1024          # an RPC request is ~100 bytes; longer frames end the session
+    max_out = 8192            # a client that reads nothing while asking on is dropped, not buffered for
+
+    def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None):
+        Module.__init__(self)
+        self._bus = bus
+        self._settings = settings
+        self._ident = ident
+        self._floor = energy_floor
+        self._uptime = uptime
+        self._ticks = ticks
+        self._sessions = []
+        self._now = 0
+
+    def sessions(self):
+        """How many sessions are open."""
+        return len(self._sessions)
+
+    def adopt(self, sock, addr):
+        """Take over a connection whose 101 answer went out; the oldest session goes if all places are taken."""
+        if not self._settings.get("emulation.shelly", False):
+            close_quietly(sock)
+            return
+        try:
+            sock.setblocking(False)
+        except OSError:
+            close_quietly(sock)
+            return
+        while len(self._sessions) >= self.max_sessions:
+            self._drop(self._sessions[0], "replaced")
+        now = self._ticks() if self._ticks is not None else self._now
+        self._sessions.append(_Session(sock, addr, now, self.max_frame + 14))
+        self.count("adopted")
+
+    def poll(self, now_ms):
+        self._now = now_ms
+        if not self._sessions:
+            return
+        if not self._settings.get("emulation.shelly", False):
+            for s in list(self._sessions):
+                self._drop(s, "switched_off")
+            return
+        for s in list(self._sessions):
+            if not self._step(s, now_ms):
+                self._drop(s, None)
+
+    def _step(self, s, now_ms):
+        """Flush, read, answer; False once the session is over."""
+        if s.out and not self._flush(s):
+            return False
+        if ticks_diff(now_ms, s.heard) >= self.idle_ms or ticks_diff(now_ms, s.heard) < 0:
+            self.count("idle_closed")
+            return False
+        try:
+            got = s.sock.recv_into(memoryview(s.inbuf)[s.n:])
+        except OSError as exc:
+            return exc.errno == errno.EAGAIN
+        if not got:
+            return False
+        s.n += got
+        s.heard = now_ms
+        while True:
+            try:
+                parsed = ws_frames.parse(s.inbuf, s.n, self.max_frame)
+            except ws_frames.FrameError:
+                self.count("protocol_errors")
+                return False
+            if parsed is None:
+                return self._flush(s) if s.out else True
+            opcode, _fin, payload, used = parsed
+            s.inbuf[:s.n - used] = s.inbuf[used:s.n]
+            s.n -= used
+            if opcode == ws_frames.CLOSE:
+                s.out += ws_frames.frame(ws_frames.CLOSE, payload[:2])
+                self._flush(s)
+                return False
+            if opcode == ws_frames.PING:
+                s.out += ws_frames.frame(ws_frames.PONG, payload)
+            elif opcode in (ws_frames.TEXT, ws_frames.BINARY):
+                s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
+            if len(s.out) > self.max_out:
+                self.count("slow_reader")
+                return False
+
+    def _answer(self, payload, now_ms):
+        """The JSON-RPC answer frame to one request."""
+        req_id, src = None, None
+        try:
+            try:
+                doc = json.loads(payload)
+            except Exception:
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Malformed JSON")
+            req_id, src, method, params = shelly_rpc.request_fields(doc)
+            body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
+                                     self._ident, self._uptime() if self._uptime is not None else 0)
+        except shelly_rpc.RpcError as err:
+            self.count("rpc_errors")
+            return shelly_rpc.frame(req_id, self._ident.id, src, error=err).encode()
+        self.count("answers")
+        return shelly_rpc.frame(req_id, self._ident.id, src, body).encode()
+
+    def _flush(self, s):
+        """Send what is pending without waiting; False when the peer is gone."""
+        try:
+            n = s.sock.send(s.out)
+        except OSError as exc:
+            return exc.errno == errno.EAGAIN
+        s.out = s.out[n:] if n else s.out
+        return True
+
+    def _drop(self, s, reason):
+        if reason is not None:
+            self.count(reason)
+        close_quietly(s.sock)
+        if s in self._sessions:
+            self._sessions.remove(s)
+
+    def stop(self):
+        for s in list(self._sessions):
+            self._drop(s, None)
+
+    def describe(self):
+        d = Module.describe(self)
+        d["sessions"] = len(self._sessions)
+        return d
