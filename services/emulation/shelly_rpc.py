@@ -1,7 +1,8 @@
 """Shelly Pro 3EM (Gen2 RPC) answers from a MeterView: device info, EM/EMData status, JSON-RPC frames.
 
 Every answer is written by hand in a fixed key order with exact decimals (no float, no dict order): the same bytes
-on CircuitPython as here. Field names, order and digits follow a real Pro 3EM (docs/emulation.md cites them).
+on CircuitPython as here. Field names and order follow a real Pro 3EM; every number of a measurement carries a
+decimal point (Marstek batteries misread "100" as something else than "100.0"; docs/emulation.md cites it).
 """
 
 import json
@@ -87,7 +88,7 @@ def em_status(view):
                      '"%s_freq":%s'
                      % (ph, _num(view.current[i] if view.current[i] is not None else (0, 0), 3),
                         ph, _num(view.voltage[i], 1), ph, _num(power, 1), ph, _num(_abs(power), 1),
-                        ph, "1" if power is not None and power[0] else "0", ph, _num(view.frequency, 1)))
+                        ph, "1.00" if power is not None and power[0] else "0.00", ph, _num(view.frequency, 1)))
     total_current = _sum(c if c is not None else (0, 0) for c in view.current)
     parts.append('"n_current":null,"total_current":%s,"total_act_power":%s,"total_aprt_power":%s,'
                  '"user_calibrated_phase":[]}'
@@ -100,8 +101,8 @@ def emdata_status(view):
     """EMData.GetStatus id 0: energies in Wh; the meter's totals on phase a when it sends none per phase."""
     imp, exp = view.import_wh, view.export_wh
     zero = (0, 0)
-    return ('{"id":0,"a_total_act_energy":%s,"a_total_act_ret_energy":%s,"b_total_act_energy":0,'
-            '"b_total_act_ret_energy":0,"c_total_act_energy":0,"c_total_act_ret_energy":0,"total_act":%s,'
+    return ('{"id":0,"a_total_act_energy":%s,"a_total_act_ret_energy":%s,"b_total_act_energy":0.00,'
+            '"b_total_act_ret_energy":0.00,"c_total_act_energy":0.00,"c_total_act_ret_energy":0.00,"total_act":%s,'
             '"total_act_ret":%s}'
             % (_num(imp or zero, 2), _num(exp or zero, 2), _num(imp or zero, 2), _num(exp or zero, 2)))
 
@@ -152,12 +153,13 @@ def result(method, params, view, ident, uptime_s=0):
         _id_param(params)
         if method == "EM.GetConfig":
             return _em_config()
-        if view is None:
+        if view is None or view.power is None:
             raise RpcError(UNAVAILABLE, "No fresh meter reading")
         return em_status(view) if method == "EM.GetStatus" else emdata_status(view)
     if method == "Shelly.GetStatus":
-        em = em_status(view) if view is not None else _null_em()
-        data = emdata_status(view) if view is not None else '{"id":0,"errors":["no_meter_data"]}'
+        live = view is not None and view.power is not None
+        em = em_status(view) if live else _null_em()
+        data = emdata_status(view) if live else '{"id":0,"errors":["no_meter_data"]}'
         return ('{"ble":{},"cloud":{"connected":false},"em:0":%s,"emdata:0":%s,"eth":{"ip":null},'
                 '"modbus":{},"mqtt":{"connected":false},"sys":%s,"wifi":{"sta_ip":null,"status":"got ip"},'
                 '"ws":{"connected":false}}' % (em, data, _sys_status(ident, uptime_s)))

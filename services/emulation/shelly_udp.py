@@ -1,11 +1,9 @@
 """The Shelly Pro 3EM's UDP JSON-RPC as batteries poll it (Marstek, Hoymiles, Zendure): one socket per port."""
 
-import errno
-
 from adafruit_ticks import ticks_diff
 
 from core.module import Module
-from core.sockets import close_quietly
+from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc
 from services.emulation.meter_view import view
 
@@ -64,7 +62,7 @@ class ShellyUdp(Module):
             try:
                 n, addr = sock.recvfrom_into(self._in)
             except OSError as exc:
-                if exc.errno != errno.EAGAIN:
+                if errno_of(exc) != EAGAIN:
                     self.count("recv_errors")
                 return
             current = view(self._bus.latest("reading"), now_ms, self._floor)

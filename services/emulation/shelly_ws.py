@@ -1,13 +1,12 @@
 """The emulated Shelly's WebSocket RPC (ws://device/rpc), as Home Assistant's Shelly integration (aioshelly) holds
 it open: adopted from the HTTP server after the 101 answer, so it never keeps one of the two HTTP slots."""
 
-import errno
 import json
 
 from adafruit_ticks import ticks_diff
 
 from core.module import Module
-from core.sockets import close_quietly
+from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc, ws_frames
 from services.emulation.meter_view import view
 
@@ -88,7 +87,7 @@ class ShellyWs(Module):
         try:
             got = s.sock.recv_into(memoryview(s.inbuf)[s.n:])
         except OSError as exc:
-            return exc.errno == errno.EAGAIN
+            return errno_of(exc) == EAGAIN
         if not got:
             return False
         s.n += got
@@ -138,7 +137,7 @@ class ShellyWs(Module):
         try:
             n = s.sock.send(s.out)
         except OSError as exc:
-            return exc.errno == errno.EAGAIN
+            return errno_of(exc) == EAGAIN
         s.out = s.out[n:] if n else s.out
         return True
 

@@ -1,0 +1,355 @@
+"""The emulated Shelly Pro 3EM's pure parts (issue 21 point 1): answers from a MeterView in a real Pro 3EM's field
+order with exact digits, a stale meter refused, JSON-RPC frames, the WebSocket codec (RFC 6455's own example), and
+the same bytes inside the MicroPython VM; the UDP listener and the WebSocket session on faithful fake sockets."""
+
+import base64
+import errno
+import json
+import os
+
+import pytest
+
+from meter.reading import Reading
+from services.emulation import shelly_rpc, ws_frames
+from services.emulation.meter_view import MeterView, view
+from services.emulation.shelly_rpc import Identity, RpcError
+from services.emulation.shelly_udp import ShellyUdp
+from services.emulation.shelly_ws import ShellyWs
+from tests.steppedclock import SteppedClock
+from tools.mpvm import MicroVM
+
+IDENT = Identity("a0b1c2d3e4f5", "Meter Plus", "0.1.0")
+THREE_PHASE = {"1.8.0": (123456789, -1), "2.8.0": (4567, 0), "16.7.0": (-3085, -1), "36.7.0": (-1031, -1),
+               "56.7.0": (-1030, -1), "76.7.0": (-1024, -1), "32.7.0": (2303, -1), "52.7.0": (2287, -1),
+               "72.7.0": (2313, -1), "31.7.0": (452, -2), "51.7.0": (451, -2), "71.7.0": (45, -1),
+               "14.7.0": (4999, -2)}
+TOTAL_ONLY = {"1.8.0": (1000, 0), "16.7.0": (250, 0)}
+
+
+def _em(values):
+    return json.loads(shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(0, values), IDENT))
+
+
+def test_three_phases_come_out_exactly_in_the_pro_3em_order():
+    text = shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(0, THREE_PHASE), IDENT)
+    doc = json.loads(text)
+    keys = list(doc)
+    assert keys[:7] == ["id", "a_current", "a_voltage", "a_act_power", "a_aprt_power", "a_pf", "a_freq"]
+    assert keys[-5:] == ["n_current", "total_current", "total_act_power", "total_aprt_power",
+                         "user_calibrated_phase"]
+    assert '"a_act_power":-103.1,' in text and '"c_current":4.500,' in text and '"a_freq":50.0,' in text
+    assert '"total_act_power":-308.500,' in text and '"total_aprt_power":308.500,' in text
+    assert '"total_current":13.530,' in text                    # 4.52 + 4.51 + 4.5: exact, no float sum
+    assert doc["b_voltage"] == 228.7 and doc["a_aprt_power"] == 103.1
+
+
+def test_a_meter_without_phases_puts_the_total_on_phase_a():
+    doc = _em(TOTAL_ONLY)
+    assert doc["a_act_power"] == 250.0 and doc["b_act_power"] == 0 and doc["c_act_power"] == 0
+    assert doc["total_act_power"] == 250.0 and doc["a_voltage"] is None
+    assert doc["a_current"] == 0 and doc["total_current"] == 0
+
+
+def test_import_and_export_power_become_one_signed_value():
+    doc = _em({"1.7.0": (0, 0), "2.7.0": (4321, -1)})
+    assert doc["total_act_power"] == -432.1 and doc["a_act_power"] == -432.1
+
+
+def test_energies_in_wh_with_the_meter_totals_on_phase_a():
+    text = shelly_rpc.result("EMData.GetStatus", {"id": 0}, MeterView(0, THREE_PHASE), IDENT)
+    assert '"total_act":12345678.90,' in text and '"total_act_ret":4567.00}' in text
+    assert json.loads(text)["a_total_act_energy"] == 12345678.9
+
+
+def test_device_info_says_what_aioshelly_and_batteries_read():
+    doc = json.loads(shelly_rpc.device_info(IDENT))
+    assert doc["gen"] == 2 and doc["app"] == "Pro3EM" and doc["auth_en"] is False
+    assert doc["id"] == "shellypro3em-a0b1c2d3e4f5" and doc["mac"] == "A0B1C2D3E4F5"
+    assert list(doc)[:3] == ["name", "id", "mac"]
+
+
+def test_a_stale_meter_is_refused_never_repeated():
+    reading = Reading(1000, THREE_PHASE)
+    assert view(reading, 1000 + 9999) is not None
+    assert view(reading, 1000 + 10000) is None                 # 10 s old: no power at all
+    assert view(reading, 1000 - 5) is None                     # "from the future": very old, past the wrap
+    for method in ("EM.GetStatus", "EMData.GetStatus"):
+        with pytest.raises(RpcError) as err:
+            shelly_rpc.result(method, {"id": 0}, None, IDENT)
+        assert err.value.code == shelly_rpc.UNAVAILABLE
+    status = json.loads(shelly_rpc.result("Shelly.GetStatus", None, None, IDENT))
+    assert status["em:0"]["total_act_power"] is None and status["em:0"]["errors"] == ["no_meter_data"]
+    assert shelly_rpc.answer_datagram(b'{"id":1,"method":"EM.GetStatus","params":{"id":0}}', None, IDENT) is None
+
+
+def test_a_meter_without_power_has_no_em_status():
+    with pytest.raises(RpcError):
+        shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(0, {"1.8.0": (5, 0)}), IDENT)
+
+
+@pytest.mark.parametrize("method, params, code", [
+    ("Shelly.Reboot", None, 404), ("Switch.Set", {"id": 0, "on": True}, 404), ("Sys.SetConfig", {}, 404),
+    ("EM.GetStatus", {"id": 1}, 404), ("EM.GetStatus", {"id": "0"}, -103), ("EM.GetStatus", {"id": True}, -103),
+    ("EM.GetStatus", [0], -103),
+])
+def test_nothing_but_readings_is_answered(method, params, code):
+    with pytest.raises(RpcError) as err:
+        shelly_rpc.result(method, params, MeterView(0, THREE_PHASE), IDENT)
+    assert err.value.code == code
+
+
+def test_every_method_returns_json():
+    for method in shelly_rpc.METHODS:
+        json.loads(shelly_rpc.result(method, {"id": 0}, MeterView(0, THREE_PHASE), IDENT, 5))
+        json.loads(shelly_rpc.result(method, None, None, IDENT) if "EM" not in method or "Config" in method
+                   else "{}")
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe", b"[]", b"null", b'{"id":1}', b'{"method":7}',
+                                  b'{"method":"' + b"x" * 65 + b'"}', b"{" * 5000, b'{"id":1,"method":"Nope"}'])
+def test_a_datagram_that_is_not_a_request_for_us_gets_no_answer(data):
+    assert shelly_rpc.answer_datagram(data, MeterView(0, THREE_PHASE), IDENT) is None
+
+
+def test_a_battery_datagram_gets_the_frame_batteries_parse():
+    raw = shelly_rpc.answer_datagram(b'{"id":5,"src":"batt","method":"EM.GetStatus","params":{"id":0}}',
+                                     MeterView(0, THREE_PHASE), IDENT)
+    doc = json.loads(raw)
+    assert list(doc) == ["id", "src", "dst", "result"] and doc["id"] == 5 and doc["dst"] == "batt"
+    assert doc["result"]["total_act_power"] == -308.5
+    assert len(raw) >= 250                                      # Marstek ignores shorter answers (docs/emulation.md)
+
+
+def test_websocket_accept_key_is_rfc_6455s_example():
+    assert ws_frames.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+def _client_frame(opcode, payload, mask=b"\x01\x02\x03\x04"):
+    n = len(payload)
+    head = bytes((0x80 | opcode, 0x80 | n)) if n < 126 else bytes((0x80 | opcode, 0x80 | 126, n >> 8, n & 255))
+    return head + mask + bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
+
+
+def test_frames_in_and_out():
+    data = _client_frame(1, b'{"id":1}') + b"\x81"
+    op, fin, payload, used = ws_frames.parse(data, len(data), 1024)
+    assert (op, fin, payload) == (1, True, b'{"id":1}') and used == len(data) - 1
+    assert ws_frames.parse(data, 5, 1024) is None               # incomplete: wait for more
+    long = _client_frame(1, b"x" * 300)
+    assert ws_frames.parse(long, len(long), 1024)[2] == b"x" * 300
+    assert ws_frames.frame(1, b"ab") == b"\x81\x02ab"
+    assert ws_frames.frame(1, b"y" * 300)[:4] == b"\x81\x7e\x01\x2c"
+    with pytest.raises(ws_frames.FrameError):
+        ws_frames.parse(b"\x81\x02ab", 4, 1024)                # a client frame must be masked
+    with pytest.raises(ws_frames.FrameError):
+        ws_frames.parse(long, len(long), 100)                  # larger than we take
+    with pytest.raises(ws_frames.FrameError):
+        ws_frames.parse(b"\x81\xff" + bytes(12), 14, 1024)     # 64-bit length
+
+
+def test_the_same_bytes_inside_the_micropython_vm():
+    cases = [("EM.GetStatus", THREE_PHASE), ("EM.GetStatus", TOTAL_ONLY), ("EMData.GetStatus", THREE_PHASE),
+             ("Shelly.GetStatus", THREE_PHASE), ("Shelly.GetConfig", THREE_PHASE)]
+    want = [shelly_rpc.result(m, {"id": 0}, MeterView(0, v), IDENT, 7) for m, v in cases]
+    code = """
+from services.emulation import shelly_rpc
+from services.emulation.meter_view import MeterView
+ident = shelly_rpc.Identity("a0b1c2d3e4f5", "Meter Plus", "0.1.0")
+for m, v in %r:
+    print(shelly_rpc.result(m, {"id": 0}, MeterView(0, v), ident, 7))
+""" % ([(m, v) for m, v in cases],)
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        out, _fuel = vm.run(code)
+    assert out.strip().split("\n") == want
+
+
+# --- the UDP listener and the WebSocket session on fake sockets (CircuitPython's socketpool API) ---
+
+class FakeUdp:
+    """A socketpool UDP socket: recvfrom_into raises EAGAIN when empty, sendto returns the byte count."""
+
+    def __init__(self, inbox):
+        self.inbox = inbox
+        self.sent = []
+        self.bound = None
+        self.closed = False
+
+    def setblocking(self, flag):
+        assert flag is False
+
+    def bind(self, addr):
+        self.bound = addr
+
+    def recvfrom_into(self, buf):
+        if not self.inbox:
+            raise OSError(errno.EAGAIN)
+        data, addr = self.inbox.pop(0)
+        buf[:len(data)] = data
+        return len(data), addr
+
+    def sendto(self, data, addr):
+        self.sent.append((bytes(data), addr))
+        return len(data)
+
+    def close(self):
+        self.closed = True
+
+
+class FakePool:
+    AF_INET, SOCK_DGRAM = 2, 2
+
+    def __init__(self):
+        self.sockets = []
+        self.inbox = []
+
+    def socket(self, family, kind):
+        s = FakeUdp(self.inbox)
+        self.sockets.append(s)
+        return s
+
+
+class FakeBus:
+    def __init__(self, reading=None):
+        self.reading = reading
+
+    def latest(self, topic):
+        return self.reading
+
+
+class FakeSettings(dict):
+    def get(self, key, default=None):
+        return dict.get(self, key, default)
+
+
+def test_udp_answers_while_on_and_fresh_stays_silent_when_stale_closes_when_off():
+    clock = SteppedClock(start=(1 << 29) - 3000)                # across the tick wrap
+    pool, settings = FakePool(), FakeSettings({"emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+                                               "emulation.shellyUdpPort2": 0})
+    bus = FakeBus(Reading(clock(), THREE_PHASE))
+    udp = ShellyUdp(pool, bus, settings, IDENT)
+    udp.poll(clock())
+    assert [s.bound for s in pool.sockets] == [("0.0.0.0", 1010)]   # port 2 is 0: one socket only
+    pool.inbox.append((b'{"id":9,"method":"EM.GetStatus","params":{"id":0}}', ("192.168.1.50", 40000)))
+    clock.advance(5000)
+    udp.poll(clock())
+    data, addr = pool.sockets[0].sent[0]
+    assert addr == ("192.168.1.50", 40000) and json.loads(data)["result"]["total_act_power"] == -308.5
+    clock.advance(6000)                                          # the reading is now 11 s old
+    pool.inbox.append((b'{"id":10,"method":"EM.GetStatus","params":{"id":0}}', ("192.168.1.50", 40000)))
+    udp.poll(clock())
+    assert len(pool.sockets[0].sent) == 1 and udp.counters["stale_silent"] == 1
+    settings["emulation.shelly"] = False
+    udp.poll(clock())
+    assert pool.sockets[0].closed and udp.describe()["ports"] == []
+
+
+def test_a_udp_flood_is_answered_a_few_per_poll():
+    pool = FakePool()
+    udp = ShellyUdp(pool, FakeBus(Reading(0, THREE_PHASE)), FakeSettings({"emulation.shelly": True,
+                                                                         "emulation.shellyUdpPort": 1010}), IDENT)
+    udp.poll(0)
+    pool.inbox.extend([(b'{"id":1,"method":"EM.GetStatus"}', ("10.0.0.2", 1))] * 20)
+    udp.poll(10)
+    assert len(pool.sockets[0].sent) == ShellyUdp.max_per_poll and len(pool.inbox) == 20 - ShellyUdp.max_per_poll
+
+
+class FakeTcp:
+    """An adopted CircuitPython socket: recv_into raises EAGAIN when idle and ENOTCONN (128) once the peer left."""
+
+    def __init__(self):
+        self.script = []
+        self.sent = bytearray()
+        self.closed = False
+
+    def setblocking(self, flag):
+        pass
+
+    def recv_into(self, buf, n=0):
+        if not self.script:
+            raise OSError(errno.EAGAIN)
+        item = self.script.pop(0)
+        if item == "gone":
+            raise OSError(128)
+        buf[:len(item)] = item
+        return len(item)
+
+    def send(self, data):
+        self.sent.extend(data)
+        return len(data)
+
+    def close(self):
+        self.closed = True
+
+
+def _ws(settings=None):
+    s = FakeSettings({"emulation.shelly": True} if settings is None else settings)
+    return ShellyWs(FakeBus(Reading(0, THREE_PHASE)), s, IDENT), s
+
+
+def test_a_websocket_session_answers_rpc_and_pings_and_ends_on_close():
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    sock.script.append(_client_frame(1, b'{"id":3,"src":"ha","method":"EM.GetStatus","params":{"id":0}}'))
+    ws.poll(100)
+    assert sock.sent[:2] == b"\x81\x7e"
+    answer = json.loads(bytes(sock.sent[4:]))
+    assert answer["id"] == 3 and answer["dst"] == "ha" and answer["result"]["a_act_power"] == -103.1
+    sock.sent.clear()
+    sock.script.append(_client_frame(9, b"hb"))
+    ws.poll(200)
+    assert bytes(sock.sent) == b"\x8a\x02hb"                    # pong with the ping's payload
+    sock.script.append(_client_frame(8, b"\x03\xe8"))
+    ws.poll(300)
+    assert sock.closed and ws.sessions() == 0
+
+
+@pytest.mark.parametrize("bad", [b"\x81\x05hello", b"\x81\xff" + bytes(12), bytes((0x81, 0xFE, 0x08, 0x00)) +
+                                 bytes(4) + bytes(2048), "gone"])
+def test_a_bad_websocket_client_costs_only_its_session(bad):
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    sock.script.append(bad[:1038] if isinstance(bad, bytes) else bad)
+    ws.poll(100)
+    assert sock.closed and ws.sessions() == 0
+
+
+def test_a_bad_rpc_over_websocket_is_an_error_frame_not_a_close():
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    sock.script.append(_client_frame(1, b"not json"))
+    ws.poll(100)
+    assert json.loads(bytes(sock.sent[2:]))["error"]["code"] == shelly_rpc.BAD_ARGUMENT and not sock.closed
+
+
+def test_one_session_a_newer_one_replaces_it_and_silence_ends_it_across_the_wrap():
+    ws, settings = _ws()
+    clock = SteppedClock(start=(1 << 29) - 1000)
+    ws.poll(clock())
+    first, second = FakeTcp(), FakeTcp()
+    ws.adopt(first, ("10.0.0.3", 1))
+    ws.adopt(second, ("10.0.0.4", 2))
+    assert first.closed and ws.sessions() == 1
+    clock.advance(ShellyWs.idle_ms - 1)
+    ws.poll(clock())
+    assert not second.closed
+    clock.advance(1)
+    ws.poll(clock())
+    assert second.closed and ws.sessions() == 0
+    third = FakeTcp()
+    ws.adopt(third, ("10.0.0.5", 3))
+    settings["emulation.shelly"] = False
+    ws.poll(clock())
+    assert third.closed
+    fourth = FakeTcp()
+    ws.adopt(fourth, ("10.0.0.5", 3))                          # switched off: not adopted
+    assert fourth.closed and ws.sessions() == 0
+
+
+def test_the_padding_rule_is_cited_in_the_docs():
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "emulation.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert "250" in text and "1010" in text and "2220" in text
+    assert base64  # (imported for the frames above)
