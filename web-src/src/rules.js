@@ -13,6 +13,9 @@ export const SCHEMA = {
   'mqtt.topic_prefix': ['topic', 64], 'mqtt.sendInterval': ['int', 1, 3600], 'mqtt.discovery_prefix': ['topic', 64],
   'modbus.enable': ['bool'], 'modbus.port': ['int', 1, 65535], 'modbus.model': ['choice', [203, 213]],
   'ota.url': ['url', true], 'cloud.host': ['host', true], 'cloud.port': ['int', 1, 65535],
+  'emulation.shelly': ['bool'], 'emulation.shellyUdpPort': ['int', 0, 65535], 'emulation.shellyUdpPort2': ['int', 0, 65535],
+  'emulation.sma': ['bool'], 'emulation.smaSerial': ['int', 0, 4294967295], 'emulation.smaSusyId': ['int', 1, 65535],
+  'emulation.smaTargets': ['ipv4list', 3],
 };
 for (const p of ['primary', 'secondary']) {
   SCHEMA[`wifi.${p}.ssid`] = ['ssid'];
@@ -112,6 +115,17 @@ export function check(key, v) {
       if (!o) return t('r_ip');
       if (kind === 'mask') return !isMask(o) ? t('r_mask') : prefixLen(o) > 30 ? t('r_mask30') : '';
       return hostReason(o) || (o.every((x) => x === 255) ? t('r_ip_bcast') : '');
+    }
+    case 'ipv4list': { // comma-separated unicast receivers; loopback allowed (a receiver on the host runtime)
+      const p = v.trim() ? v.split(',').map((x) => x.trim()) : [];
+      if (p.length > a) return t('r_max', a);
+      for (const x of p) {
+        const o = parseIpv4(x);
+        if (!o) return t('r_ip');
+        const r = o[0] === 127 ? '' : hostReason(o) || (o.every((y) => y === 255) ? t('r_ip_bcast') : '');
+        if (r) return x + ': ' + r;
+      }
+      return '';
     }
     case 'host': {
       if (v === '') return a ? '' : t('r_required');

@@ -17,6 +17,7 @@ export const SECTIONS = [
     'mqtt.topic_prefix', 'mqtt.sendInterval', 'mqtt.discovery_prefix']],
   ['modbus', ['modbus.enable', 'modbus.port', 'modbus.model']],
   ['cloud', ['cloudIotEnabled', 'cloud.host', 'cloud.port']],
+  ['emulation', ['shelly', 'shellyUdpPort', 'shellyUdpPort2', 'sma', 'smaSerial', 'smaSusyId', 'smaTargets'].map((k) => 'emulation.' + k)],
 ];
 const fid = (key) => 'f-' + key.replace(/\./g, '-');
 
@@ -174,6 +175,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
   return html`<form class="card section" id=${'s-' + id} onSubmit=${submit} novalidate hidden=${hidden}>
     <h2>${t(id)}</h2>
     ${id === 'ap' && html`<${ApNow} />`}
+    ${id === 'emulation' && html`<${EmuHelp} doc=${doc} />`}
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
@@ -405,6 +407,20 @@ function ApNow() {
   const info = useInfo();
   const ap = info ? sectionMap(info.ap) : null;
   return ap && html`<p class="small" data-test="ap-now">${ap.active ? t('apRunning', ap.ssid || '') : t('apStopped')}</p>`;
+}
+
+// What to enter in the battery's app: the device's address, the Marstek ports, the SMA serial (emulation.smaSerial,
+// or when 0 the device id's last 8 hex digits as services/emulation/sma_sender.py derive_serial); with
+// authentication on, that the emulation answers without a token.
+function EmuHelp({ doc }) {
+  const info = useInfo();
+  const ip = info ? sectionMap(info.wifi).ip : '';
+  const id = info ? String(sectionMap(info.esp).esp_id || '') : '';
+  const set = getPath(doc, 'emulation.smaSerial'); // 0xffffffff is Speedwire's "any device": derived instead
+  let sn = set > 0 && set < 0xffffffff ? set : info && (parseInt(id.slice(-8), 16) || 1);
+  if (sn === 0xffffffff) sn--;
+  return html`<div class="small" data-test="emu-help"><p>${t('emuShelly', ip || t('emuIp'))}</p><p>${t('emuSma', sn || '…')}</p>
+    ${doc.api_auth_required && html`<p data-test="emu-auth">${t('emuAuth')}</p>`}</div>`;
 }
 
 // The section in the address (#/settings/mqtt), so each one can be linked and the back button works.
