@@ -64,6 +64,7 @@ FEATURES = (
     ("web", "services.web.wiring"),                # the web interface's files
     ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
     ("shelly", "services.emulation.shelly_wiring"),   # a Shelly Pro 3EM for batteries (HTTP + UDP JSON-RPC)
+    ("sma", "services.emulation.sma_wiring"),      # an SMA Energy Meter (Speedwire multicast) for SMA inverters, evcc
     ("ota", "services.ota.wiring"),                # signed updates
     ("outages", "services.outages.wiring"),        # when the device went down and why
     ("cloud", "services.cloud.wiring"),            # optional cloud upload

@@ -110,7 +110,7 @@ def test_aioshelly_reads_the_device_info_and_the_em_status(device):
 def test_the_marstek_udp_requests_get_the_long_answer_on_both_ports(device):
     for port in device.udp_ports:
         for request in (MARSTEK, ASTRAMETER):
-            latest, raw = _same_reading(device, lambda: _udp(port, request))
+            latest, raw = _same_reading(device, lambda p=port, r=request: _udp(p, r))
             assert raw is not None and len(raw) >= 250                    # AstraMeter issue #200
             doc = json.loads(raw)
             assert list(doc) == ["id", "src", "dst", "result"] and doc["id"] == 1
