@@ -70,3 +70,26 @@ def test_server_is_one_per_interface_and_a_second_advertise_updates_the_port(rad
         a.hostname = "x"
     assert mdns.Server(radio) is not a
     mdns.Server(radio).deinit()
+
+
+def test_the_shelly_emulation_adds_its_service_and_name_and_takes_them_back(radio, port):
+    on = [False]
+    adv = MdnsAdvertiser(lambda: mdns.Server(radio), "024d50000001", 80, shelly=lambda: on[0])
+    adv.start()
+    try:
+        assert not [r for r in mdns.records() if r[2] == "_shelly"]
+        on[0] = True
+        adv.poll(0)                       # switched on: the responder is made again with the Shelly service
+        shelly = "shellypro3em-024d50000001"
+        got = sorted(r for r in mdns.records() if r[0] == HOST)
+        assert (HOST, shelly, "_shelly", "_tcp", 80) in got and (HOST, shelly, "_http", "_tcp", 80) in got
+        ptr = ask(port, "_shelly._tcp.local.", "PTR")       # what Home Assistant's Shelly integration browses
+        assert ptr.answer[0][0].target.to_text() == shelly + "._shelly._tcp.local."
+        adv.poll(1)                       # unchanged: nothing is re-created
+        assert adv.counters["advertised"] == 2 + 3
+        on[0] = False
+        adv.poll(2)
+        got = [r for r in mdns.records() if r[0] == HOST]
+        assert got == [(HOST, HOST, "_http", "_tcp", 80), (HOST, HOST, "_wattwaechter", "_tcp", 80)]
+    finally:
+        adv.stop()
