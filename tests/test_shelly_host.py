@@ -168,6 +168,9 @@ def test_the_websocket_holds_no_http_slot(device):
     assert first["result"]["app"] == "Pro3EM" and codes == [200, 200] and "total_act_power" in second["result"]
     http = {row["name"]: row["value"] for row in info["http"]}
     assert http["open_connections"] == 0        # (counted between polls): the WebSocket holds no slot
+    emulation = {row["name"]: row["value"] for row in info["emulation"]}
+    assert emulation["shelly"] is True and emulation["shelly_ws.sessions"] == 1      # it is the emulation's
+    assert emulation["sma"] is False
 
 
 def test_with_authentication_on_batteries_still_read_and_the_api_still_asks(tmp_path):

@@ -46,6 +46,17 @@ def _section(d):
     return out
 
 
+def _emulation_section(app):
+    """The meter emulations (docs/emulation.md): each module's state and counters under its name."""
+    d = {"shelly": bool(app.settings.get("emulation.shelly", False)),
+         "sma": bool(app.settings.get("emulation.sma", False))}
+    for prefix, module in (("shelly_udp", app.shelly_udp), ("shelly_ws", app.shelly_ws), ("sma", app.sma)):
+        if module is not None:
+            for key, value in module.describe().items():
+                d[prefix + "." + key] = value
+    return _section(d)
+
+
 def _wifi_sections(app):
     """The wifi and ap info sections. aio-wattwaechter's Home Assistant integration reads signal_strength,
     ip_address, mdns_name and mac_address; rssi, ip and hostname stay for clients that read the older names."""
@@ -147,6 +158,7 @@ def routes(app):
             ("mqtt", _section(mqtt.describe()) if mqtt is not None else []),
             ("modbus", _section(app.modbus.describe()) if app.modbus is not None else []),
             ("ota", _ota_section(app.ota)),
+            ("emulation", _emulation_section(app)),
         )
         return Response(request, info_json(sections), content_type="application/json")
 
