@@ -63,8 +63,7 @@ FEATURES = (
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
     ("web", "services.web.wiring"),                # the web interface's files
     ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
-    ("shelly", "services.emulation.shelly_wiring"),   # a Shelly Pro 3EM for batteries (HTTP + UDP JSON-RPC)
-    ("sma", "services.emulation.sma_wiring"),      # an SMA Energy Meter (Speedwire multicast) for SMA inverters, evcc
+    ("emulation", "services.emulation.wiring"),    # a Shelly Pro 3EM and an SMA Energy Meter for batteries, inverters
     ("ota", "services.ota.wiring"),                # signed updates
     ("outages", "services.outages.wiring"),        # when the device went down and why
     ("cloud", "services.cloud.wiring"),            # optional cloud upload

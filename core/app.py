@@ -31,6 +31,7 @@ class App:
         self.outages = None
         self.cloud = None
         self.cloud_pairing = None
+        self.emulation = None   # services.emulation.loader.EmulationLoader (brings the emulations in while on)
         self.shelly_ident = None  # services.emulation.shelly_rpc.Identity (emulated Shelly Pro 3EM)
         self.shelly_udp = None  # services.emulation.shelly_udp.ShellyUdp
         self.shelly_ws = None   # services.emulation.shelly_ws.ShellyWs (Home Assistant's WebSocket RPC)

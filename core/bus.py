@@ -58,6 +58,12 @@ class Bus:
         self._subs.setdefault(topic, []).append(ring)
         return ring
 
+    def unsubscribe(self, topic, ring):
+        """Stop delivering topic to ring (a subscriber that is let go, e.g. an emulation switched off)."""
+        rings = self._subs.get(topic)
+        if rings and ring in rings:
+            rings.remove(ring)
+
     def publish(self, topic, message):
         """Deliver message to every subscriber of topic and remember it as the latest."""
         self._latest[topic] = message

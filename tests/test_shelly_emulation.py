@@ -353,3 +353,34 @@ def test_the_padding_rule_is_cited_in_the_docs():
         text = f.read()
     assert "250" in text and "1010" in text and "2220" in text
     assert base64  # (imported for the frames above)
+
+
+def test_the_loader_holds_the_shelly_code_only_while_on():
+    import sys
+
+    from core.app import App
+    from core.bus import Bus
+    from core.log import Log
+    from core.settings import Settings
+    from core.supervisor import Supervisor
+    from services.emulation import wiring
+
+    app = App(Bus(), Settings(), Log())
+    app.supervisor = Supervisor(lambda: 0)
+    app.pool = FakePool()
+    app.device_id = "a0b1c2d3e4f5"
+    app.env = lambda name, default: default
+    for name in ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames"):
+        sys.modules.pop("services.emulation." + name, None)
+    wiring.wire(app)
+    app.emulation.poll(0)
+    assert app.shelly_udp is None and "services.emulation.shelly_rpc" not in sys.modules
+    app.settings.update({"emulation": {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0}})
+    app.emulation.poll(10)
+    assert app.shelly_ident.id == "shellypro3em-a0b1c2d3e4f5" and app.shelly_ws is not None
+    assert [s.bound for s in app.pool.sockets] == [("0.0.0.0", 1010)]       # the listener polls through the loader
+    app.settings.update({"emulation": {"shelly": False}})
+    app.emulation.poll(20)
+    assert app.shelly_udp is None and app.pool.sockets[0].closed
+    gone = ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames", "meter_view")
+    assert not [n for n in sys.modules if n.split(".")[-1] in gone]          # the routes module stays: it is small

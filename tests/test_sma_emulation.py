@@ -18,7 +18,7 @@ from core.log import Log
 from core.settings import Settings, SettingsError
 from core.supervisor import Supervisor
 from meter.reading import Reading
-from services.emulation import sma_wire, sma_wiring
+from services.emulation import sma_wire
 from services.emulation.meter_view import MeterView
 from services.emulation.sma_sender import GROUP, PORT, SmaSender, derive_serial
 from services.metering.energy_floor import EnergyFloor
@@ -495,17 +495,63 @@ def test_good_targets_are_normalised():
     assert s.get("emulation.smaTargets") == ""
 
 
-def test_wiring_adds_the_sender_and_the_host_can_move_the_group():
+def test_the_loader_brings_the_sender_in_while_on_and_lets_it_go(monkeypatch):
+    import sys
+
+    from services.emulation import wiring
+
     app = App(Bus(), Settings(), Log())
     app.supervisor = Supervisor(lambda: 0)
     app.pool = FakePool()
     app.device_id = "a0b1c2d3e4f5"
     app.env = lambda name, default: {"METERPLUS_SMA_GROUP": "127.0.0.1"}.get(name, default)
-    sma_wiring.wire(app)
-    assert app.sma in app.supervisor.modules() and app.sma.name == "sma" and app.sma.group == "127.0.0.1"
+    sys.modules.pop("services.emulation.sma_sender", None)
+    wiring.wire(app)
+    assert app.emulation in app.supervisor.modules() and app.sma is None
+    app.emulation.poll(0)
+    assert app.sma is None and "services.emulation.sma_sender" not in sys.modules   # off: not even imported
+    app.settings.update({"emulation": {"sma": True}})
+    app.emulation.poll(10)
+    assert app.sma.name == "sma" and app.sma.group == "127.0.0.1" and app.sma.serial == 0xC2D3E4F5
+    subscribers = len(app.bus._subs["settings"])
+    app.settings.update({"emulation": {"sma": False}})
+    app.emulation.poll(20)
+    assert app.sma is None and "services.emulation.sma_sender" not in sys.modules
+    assert len(app.bus._subs["settings"]) == subscribers - 1                        # unsubscribed, not leaked
     app.env = lambda name, default: default
-    sma_wiring.wire(app)
+    wiring.wire(app)
+    app.settings.update({"emulation": {"sma": True}})
+    app.emulation.poll(30)
     assert app.sma.group == "239.12.255.254"
+
+
+def test_out_of_memory_while_loading_keeps_it_off_and_tries_again_later(monkeypatch):
+    import builtins
+
+    from services.emulation import wiring
+
+    app = App(Bus(), Settings(), Log())
+    app.supervisor = Supervisor(lambda: 0)
+    app.pool = FakePool()
+    app.device_id = "a0b1c2d3e4f5"
+    app.env = lambda name, default: default
+    wiring.wire(app)
+    app.settings.update({"emulation": {"sma": True}})
+    real_import = builtins.__import__
+
+    def no_memory(name, *args, **kwargs):
+        if name.endswith("sma_sender"):
+            raise MemoryError()
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_memory)
+    app.emulation.poll(0)
+    assert app.sma is None and app.emulation.counters["sma_out_of_memory"] == 1 and app.emulation.state == "WARN"
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    app.emulation.poll(1000)
+    assert app.sma is None                                                # backs off for retry_ms
+    app.emulation.poll(app.emulation.retry_ms + 1)
+    assert app.sma is not None
 
 
 # --- real sockets through the host's socketpool stand-in ---

@@ -7,8 +7,6 @@ from adafruit_httpserver import GET, POST, Response, Route
 from adafruit_ticks import ticks_ms
 
 from services.api.answers import error_response, status
-from services.emulation import shelly_rpc, ws_frames
-from services.emulation.meter_view import view
 
 _JSON = "application/json"
 PATHS = ("/shelly", "/rpc")     # the API service gives these their own request budget and needs no token for them
@@ -27,17 +25,28 @@ def _params(request):
     return out
 
 
+def _rpc():
+    """The answer code, imported on use: it is in the heap only while the emulation is on (loader.py)."""
+    from services.emulation import shelly_rpc
+
+    return shelly_rpc
+
+
 def _http_status(err):
-    return 503 if err.code == shelly_rpc.UNAVAILABLE else 404 if err.code == shelly_rpc.NOT_FOUND else 400
+    rpc = _rpc()
+    return 503 if err.code == rpc.UNAVAILABLE else 404 if err.code == rpc.NOT_FOUND else 400
 
 
 def routes(app):
     """[Route] of the emulated Shelly; app.shelly_ident (shelly_rpc.Identity), bus, settings, energy floor."""
 
     def on():
-        return app.settings.get("emulation.shelly", False)
+        # Loaded by the emulation's loader (its next poll after the setting turned on): until then, as off.
+        return app.shelly_ident is not None and app.settings.get("emulation.shelly", False) is True
 
     def current():
+        from services.emulation.meter_view import view
+
         return view(app.bus.latest("reading"), ticks_ms(), app.energy_floor)
 
     def uptime():
@@ -49,12 +58,13 @@ def routes(app):
     def shelly(request):
         if not on():
             return off(request)
-        return Response(request, shelly_rpc.device_info(app.shelly_ident), content_type=_JSON)
+        return Response(request, _rpc().device_info(app.shelly_ident), content_type=_JSON)
 
     def rpc_get(request, method):
         """A Shelly answers GET /rpc/<Method> with the bare result, or {"code", "message"} and an HTTP error."""
         if not on():
             return off(request)
+        shelly_rpc = _rpc()
         try:
             body = shelly_rpc.result(method, _params(request), current(), app.shelly_ident, uptime())
         except shelly_rpc.RpcError as err:
@@ -71,6 +81,7 @@ def routes(app):
         except Exception:   # ValueError, UnicodeError, a recursion error from deep nesting
             doc = None
         req_id, src = None, None
+        shelly_rpc = _rpc()
         try:
             req_id, src, method, params = shelly_rpc.request_fields(doc)
             body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
@@ -87,10 +98,12 @@ def routes(app):
         key = headers.get("Sec-WebSocket-Key")
         if (headers.get("Upgrade") or "").lower() != "websocket" or not key or len(key) > 64:
             return error_response(request, 400, "WebSocket upgrade expected (JSON-RPC: POST /rpc)")
+        from services.emulation.ws_frames import accept_key
+
         request.take_over = app.shelly_ws.adopt
         return Response(request, "", status=(101, "Switching Protocols"), content_type=None,
                         headers={"Upgrade": "websocket", "Connection": "Upgrade",
-                                 "Sec-WebSocket-Accept": ws_frames.accept_key(key)})
+                                 "Sec-WebSocket-Accept": accept_key(key)})
 
     return [Route("/shelly", GET, shelly), Route("/rpc/<method>", GET, rpc_get), Route("/rpc", POST, rpc_post),
             Route("/rpc", GET, rpc_ws)]

@@ -191,6 +191,10 @@ class SmaSender(Module):
     def stop(self):
         self._close()
 
+    def release(self):
+        """Stop receiving settings changes: the sender is let go (services/emulation/loader.py)."""
+        self._bus.unsubscribe("settings", self._changes)
+
     def describe(self):
         d = Module.describe(self)
         d["enabled"] = self.enabled

@@ -1,0 +1,117 @@
+"""The emulations' code in the heap only while one is on: imported when the setting turns it on, let go when off.
+
+CircuitPython keeps every imported module's bytecode in the heap (README, "Device bench"); the emulations are off
+by default, so a device that never uses them never pays for them, as the update code is loaded only while in use.
+"""
+
+from adafruit_ticks import ticks_diff
+
+from core.module import OK, WARN, Module
+from core.modules import unload
+
+SHELLY_PARTS = ("services.emulation.shelly_udp", "services.emulation.shelly_ws", "services.emulation.shelly_rpc",
+                "services.emulation.ws_frames")
+SMA_PARTS = ("services.emulation.sma_sender", "services.emulation.sma_wire")
+SHARED_PARTS = ("services.emulation.meter_view",)
+
+
+class EmulationLoader(Module):
+    """app: core.app.App (pool, bus, settings, device id, energy floor, log, env). Builds the Shelly listeners
+    (app.shelly_udp, app.shelly_ws, app.shelly_ident) while emulation.shelly is on and the SMA sender (app.sma)
+    while emulation.sma is on, polls them, and stops and unloads them when switched off. Out of memory while
+    loading: that emulation stays off (counted, logged, in /system/info) and is tried again after retry_ms."""
+
+    name = "emulation"
+    retry_ms = 60000
+
+    def __init__(self, app, bind="0.0.0.0", sma_group=None):
+        Module.__init__(self)
+        self._app = app
+        self._bind = bind
+        self._sma_group = sma_group
+        self._failed = {}          # "shelly"/"sma" -> ticks of the last out-of-memory load
+
+    def _wanted(self, key):
+        return self._app.settings.get("emulation." + key, False) is True
+
+    def _may_try(self, key, now_ms):
+        at = self._failed.get(key)
+        return at is None or not 0 <= ticks_diff(now_ms, at) < self.retry_ms
+
+    def poll(self, now_ms):
+        app = self._app
+        for key, loaded, load, drop in (("shelly", app.shelly_udp is not None, self._load_shelly, self._drop_shelly),
+                                        ("sma", app.sma is not None, self._load_sma, self._drop_sma)):
+            if self._wanted(key) and not loaded and self._may_try(key, now_ms):
+                try:
+                    load()
+                    self._failed.pop(key, None)
+                    self.count(key + "_loaded")
+                    if not self._failed:
+                        self.state = OK
+                except MemoryError:
+                    drop()
+                    self._failed[key] = now_ms
+                    self.state = WARN
+                    self.count(key + "_out_of_memory")
+                    app.log.error("emulation %s off: out of memory", key)
+            elif loaded and not self._wanted(key):
+                drop()
+        for module in (app.shelly_udp, app.shelly_ws, app.sma):
+            if module is not None:
+                module.poll(now_ms)
+
+    def _load_shelly(self):
+        from core.version import VERSION
+        from services.emulation.shelly_rpc import Identity
+        from services.emulation.shelly_udp import ShellyUdp
+        from services.emulation.shelly_ws import ShellyWs
+
+        app = self._app
+        ident = Identity(app.device_id, app.settings.get("device_name", None), VERSION)
+        uptime = app.log.uptime.ms
+        udp = ShellyUdp(app.pool, app.bus, app.settings, ident, energy_floor=app.energy_floor,
+                        uptime=lambda: uptime() // 1000, host=self._bind)
+        ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000)
+        udp.start()
+        ws.start()
+        app.shelly_ident, app.shelly_udp, app.shelly_ws = ident, udp, ws
+
+    def _drop_shelly(self):
+        app = self._app
+        for module in (app.shelly_udp, app.shelly_ws):
+            if module is not None:
+                module.stop()
+        app.shelly_ident = app.shelly_udp = app.shelly_ws = None
+        self._unload(SHELLY_PARTS, app.sma is None)
+
+    def _load_sma(self):
+        from services.emulation.sma_sender import GROUP, SmaSender
+
+        app = self._app
+        sender = SmaSender(app.pool, app.bus, app.settings, app.device_id, energy_floor=app.energy_floor,
+                           log=app.log, group=self._sma_group or GROUP)
+        sender.start()
+        app.sma = sender
+
+    def _drop_sma(self):
+        app = self._app
+        if app.sma is not None:
+            app.sma.stop()
+            app.sma.release()
+        app.sma = None
+        self._unload(SMA_PARTS, app.shelly_udp is None)
+
+    @staticmethod
+    def _unload(parts, shared_too):
+        unload(*(parts + SHARED_PARTS if shared_too else parts))
+
+    def stop(self):
+        self._drop_shelly()
+        self._drop_sma()
+
+    def describe(self):
+        d = Module.describe(self)
+        d["shelly_loaded"] = self._app.shelly_udp is not None
+        d["sma_loaded"] = self._app.sma is not None
+        return d
