@@ -50,7 +50,8 @@ def _emulation_section(app):
     """The meter emulations (docs/emulation.md): each module's state and counters under its name."""
     d = {"shelly": bool(app.settings.get("emulation.shelly", False)),
          "sma": bool(app.settings.get("emulation.sma", False))}
-    for prefix, module in (("shelly_udp", app.shelly_udp), ("shelly_ws", app.shelly_ws), ("sma", app.sma)):
+    for prefix, module in (("loader", app.emulation), ("shelly_udp", app.shelly_udp), ("shelly_ws", app.shelly_ws),
+                           ("sma", app.sma)):
         if module is not None:
             for key, value in module.describe().items():
                 d[prefix + "." + key] = value
