@@ -106,7 +106,8 @@ def test_every_method_returns_json():
 
 
 @pytest.mark.parametrize("data", [b"", b"\xff\xfe", b"[]", b"null", b'{"id":1}', b'{"method":7}',
-                                  b'{"method":"' + b"x" * 65 + b'"}', b"{" * 5000, b'{"id":1,"method":"Nope"}'])
+                                  b'{"method":"' + b"x" * 65 + b'"}', b"{" * 5000, b'{"id":1,"method":"Nope"}',
+                                  b"[" * 2000 + b"]" * 2000])
 def test_a_datagram_that_is_not_a_request_for_us_gets_no_answer(data):
     assert shelly_rpc.answer_datagram(data, MeterView(0, THREE_PHASE), IDENT) is None
 

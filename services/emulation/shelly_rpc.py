@@ -207,8 +207,11 @@ def answer_datagram(data, view, ident, uptime_s=0):
     meter is stale, and a datagram that is not JSON-RPC gets none either (it may not even be meant for us)."""
     try:
         doc = json.loads(data)
+    except Exception:   # ValueError, UnicodeError, a recursion error from deep nesting (RuntimeError)
+        return None
+    try:
         req_id, src, method, params = request_fields(doc)
         body = result(method, params, view, ident, uptime_s)
-    except (ValueError, RpcError):
+    except RpcError:
         return None
     return frame(req_id, ident.id, src or "unknown", body).encode()
