@@ -28,7 +28,7 @@ import time
 import tty
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT]
+sys.path[:0] = [os.path.join(ROOT, "host", "cp"), ROOT]
 
 from meter import sml_encode as enc  # noqa: E402
 from tests.hostproc import HostProcess, http_request  # noqa: E402
@@ -105,10 +105,11 @@ def _free_udp():
 
 
 def _feed(master, count, start_power, written, seq0=0):
-    """Write count telegrams a second apart with unique powers; written gets (time of last byte, power)."""
+    """Write count telegrams a second apart with unique powers; written gets (time of last byte, power). The
+    import total grows with the sequence number: a falling total would be held back by the energy floor."""
     for k in range(count):
         power = start_power + 7 * k
-        data = telegram(seq0 + k, power, 1000000 + k)
+        data = telegram(seq0 + k, power, 1000000 + seq0 + k)
         os.write(master, data)
         written.append((time.monotonic(), power))
         time.sleep(1.0)
@@ -185,7 +186,7 @@ def measure(count):
                     for w in watches.values():
                         w.start()
                 written = []
-                _feed(master, count, 1000 if on else 3000, written, seq0=100 if on else 2000)
+                _feed(master, count, 1000 if on else 3000, written, seq0=100 if on else 1100)
                 time.sleep(1.5)
                 for name, w in watches.items():
                     w.stop.set()
@@ -198,6 +199,93 @@ def measure(count):
     os.close(master)
     os.close(slave_fd)
     return results, loops
+
+
+VM_SETUP = r"""
+import errno
+from meter.reading import Reading
+from services.emulation.shelly_rpc import Identity
+from services.emulation.shelly_udp import ShellyUdp
+from services.emulation.sma_sender import SmaSender
+from core.bus import Bus
+
+class Sock:
+    def __init__(self):
+        self.inbox = []
+    def setblocking(self, flag):
+        pass
+    def bind(self, addr):
+        pass
+    def recvfrom_into(self, buf):
+        if not self.inbox:
+            raise OSError(errno.EAGAIN)
+        data = self.inbox.pop()
+        buf[:len(data)] = data
+        return len(data), ("192.168.1.50", 40000)
+    def sendto(self, data, addr):
+        return len(data)
+    def close(self):
+        pass
+
+class Pool:
+    AF_INET = SOCK_DGRAM = 2
+    def __init__(self):
+        self.made = []
+    def socket(self, a, b):
+        s = Sock()
+        self.made.append(s)
+        return s
+
+class Settings:
+    def __init__(self, d):
+        self.d = d
+    def get(self, k, default=None):
+        return self.d.get(k, default)
+
+VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4567, 0), "16.7.0": (-3085, -1), "36.7.0": (-1031, -1),
+          "56.7.0": (-1030, -1), "76.7.0": (-1024, -1), "32.7.0": (2303, -1), "52.7.0": (2287, -1),
+          "72.7.0": (2313, -1), "31.7.0": (452, -2), "51.7.0": (451, -2), "71.7.0": (45, -1), "14.7.0": (4999, -2)}
+bus = Bus()
+bus.publish("reading", Reading(0, VALUES))
+pool = Pool()
+settings = Settings({"emulation.shelly": True, "emulation.shellyUdpPort": 1010, "emulation.shellyUdpPort2": 2220,
+                     "emulation.sma": True, "emulation.smaTargets": ""})
+udp = ShellyUdp(pool, bus, settings, Identity("a0b1c2d3e4f5", "Meter Plus", "0.1.0"))
+udp.poll(0)
+sma = SmaSender(pool, bus, settings, "a0b1c2d3e4f5")
+sma.start()
+sma.poll(0)
+REQ = b'{"id":1,"method":"EM.GetStatus","params":{"id":0}}'
+t = [0]
+from services.emulation.loader import EmulationLoader
+
+class App:
+    shelly_udp = shelly_ws = sma = shelly_ident = None
+    def __init__(self):
+        self.bus = Bus()
+        self.settings = Settings({})
+off = EmulationLoader(App())
+"""
+
+VM_WORK = (
+    ("loader, both emulations off", "off.poll(1)"),
+    ("Shelly UDP, idle poll (2 ports)", "t[0] += 20\nudp.poll(t[0])"),
+    ("Shelly UDP, one answer", "t[0] += 20\npool.made[0].inbox.append(REQ)\nudp.poll(t[0])"),
+    ("SMA, poll between datagrams", "sma.poll(500)"),
+    ("SMA, one datagram", "t[0] += 1000\nbus.publish('reading', Reading(t[0], VALUES))\nsma.poll(t[0])"),
+)
+
+
+def vm_costs():
+    """[(what, fuel, heap bytes)] of the emulation modules' polls in the MicroPython VM."""
+    from tools.mpvm import MicroVM
+
+    out = []
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        for what, work in VM_WORK:
+            fuel, heap = vm.measure(VM_SETUP, work, repeat=10)
+            out.append((what, fuel, heap))
+    return out
 
 
 def main(argv=()):
@@ -222,6 +310,9 @@ def main(argv=()):
         print("  emulations %-3s worst cycle %s ms; worst polls: %s%s" % (
             mode, rows.get("worst_cycle_ms"), ", ".join("%s %s" % (k, v) for v, k in polls[:3]),
             "; emulation modules: " + emu if emu else ""))
+    print("poll cost in the MicroPython VM (fuel / heap bytes allocated):")
+    for what, fuel, heap in vm_costs():
+        print("  %-34s %9.0f / %6.0f" % (what, fuel, heap))
     return "emulation latency: worst %.0f ms of 1000 (UDP, HTTP incl. 350 ms polling, SMA)" % worst_all
 
 

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from core.bus import Bus
 from meter.reading import Reading
 from services.emulation import shelly_rpc, ws_frames
 from services.emulation.meter_view import MeterView, view
@@ -209,12 +210,12 @@ class FakePool:
         return s
 
 
-class FakeBus:
-    def __init__(self, reading=None):
-        self.reading = reading
+class FakeBus(Bus):
+    """The real bus holding one reading."""
 
-    def latest(self, topic):
-        return self.reading
+    def __init__(self, reading=None):
+        Bus.__init__(self)
+        self.publish("reading", reading)
 
 
 class FakeSettings(dict):
@@ -241,6 +242,9 @@ def test_udp_answers_while_on_and_fresh_stays_silent_when_stale_closes_when_off(
     assert len(pool.sockets[0].sent) == 1 and udp.counters["stale_silent"] == 1
     settings["emulation.shelly"] = False
     udp.poll(clock())
+    assert not pool.sockets[0].closed                           # read again only when the settings change
+    bus.publish("settings", ["emulation.shelly"])
+    udp.poll(clock())
     assert pool.sockets[0].closed and udp.describe()["ports"] == []
 
 
@@ -251,6 +255,8 @@ def test_a_udp_flood_is_answered_a_few_per_poll():
     udp.poll(0)
     pool.inbox.extend([(b'{"id":1,"method":"EM.GetStatus"}', ("10.0.0.2", 1))] * 20)
     udp.poll(10)
+    assert len(pool.inbox) == 20                                # read at most every serve_every_ms
+    udp.poll(20)
     assert len(pool.sockets[0].sent) == ShellyUdp.max_per_poll and len(pool.inbox) == 20 - ShellyUdp.max_per_poll
 
 
@@ -377,10 +383,12 @@ def test_the_loader_holds_the_shelly_code_only_while_on():
     app.emulation.poll(0)
     assert app.shelly_udp is None and "services.emulation.shelly_rpc" not in sys.modules
     app.settings.update({"emulation": {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0}})
+    app.bus.publish("settings", ["emulation"])
     app.emulation.poll(10)
     assert app.shelly_ident.id == "shellypro3em-a0b1c2d3e4f5" and app.shelly_ws is not None
     assert [s.bound for s in app.pool.sockets] == [("0.0.0.0", 1010)]       # the listener polls through the loader
     app.settings.update({"emulation": {"shelly": False}})
+    app.bus.publish("settings", ["emulation"])
     app.emulation.poll(20)
     assert app.shelly_udp is None and app.pool.sockets[0].closed
     gone = ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames", "meter_view")

@@ -511,16 +511,19 @@ def test_the_loader_brings_the_sender_in_while_on_and_lets_it_go(monkeypatch):
     app.emulation.poll(0)
     assert app.sma is None and "services.emulation.sma_sender" not in sys.modules   # off: not even imported
     app.settings.update({"emulation": {"sma": True}})
+    app.bus.publish("settings", ["emulation"])
     app.emulation.poll(10)
     assert app.sma.name == "sma" and app.sma.group == "127.0.0.1" and app.sma.serial == 0xC2D3E4F5
     subscribers = len(app.bus._subs["settings"])
     app.settings.update({"emulation": {"sma": False}})
+    app.bus.publish("settings", ["emulation"])
     app.emulation.poll(20)
     assert app.sma is None and "services.emulation.sma_sender" not in sys.modules
     assert len(app.bus._subs["settings"]) == subscribers - 1                        # unsubscribed, not leaked
     app.env = lambda name, default: default
     wiring.wire(app)
     app.settings.update({"emulation": {"sma": True}})
+    app.bus.publish("settings", ["emulation"])
     app.emulation.poll(30)
     assert app.sma.group == "239.12.255.254"
 
@@ -537,6 +540,7 @@ def test_out_of_memory_while_loading_keeps_it_off_and_tries_again_later(monkeypa
     app.env = lambda name, default: default
     wiring.wire(app)
     app.settings.update({"emulation": {"sma": True}})
+    app.bus.publish("settings", ["emulation"])
     real_import = builtins.__import__
 
     def no_memory(name, *args, **kwargs):

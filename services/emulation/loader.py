@@ -30,9 +30,21 @@ class EmulationLoader(Module):
         self._bind = bind
         self._sma_group = sma_group
         self._failed = {}          # "shelly"/"sma" -> ticks of the last out-of-memory load
+        # Read again only when the settings change (a dotted get allocates; this runs every cycle for every user).
+        self._changes = app.bus.subscribe("settings", 4)
+        self._want = {}
+        self._read_settings()
+
+    def _read_settings(self):
+        get = self._app.settings.get
+        self._want = {"shelly": get("emulation.shelly", False) is True, "sma": get("emulation.sma", False) is True}
+
+    def wanted(self, key):
+        """Whether the emulation key ("shelly", "sma") is switched on (as of the last settings change)."""
+        return self._want[key]
 
     def _wanted(self, key):
-        return self._app.settings.get("emulation." + key, False) is True
+        return self._want[key]
 
     def _may_try(self, key, now_ms):
         at = self._failed.get(key)
@@ -40,26 +52,52 @@ class EmulationLoader(Module):
 
     def poll(self, now_ms):
         app = self._app
-        for key, loaded, load, drop in (("shelly", app.shelly_udp is not None, self._load_shelly, self._drop_shelly),
-                                        ("sma", app.sma is not None, self._load_sma, self._drop_sma)):
-            if self._wanted(key) and not loaded and self._may_try(key, now_ms):
-                try:
-                    load()
-                    self._failed.pop(key, None)
-                    self.count(key + "_loaded")
-                    if not self._failed:
-                        self.state = OK
-                except MemoryError:
-                    drop()
-                    self._failed[key] = now_ms
-                    self.state = WARN
-                    self.count(key + "_out_of_memory")
-                    app.log.error("emulation %s off: out of memory", key)
-            elif loaded and not self._wanted(key):
-                drop()
-        for module in (app.shelly_udp, app.shelly_ws, app.sma):
-            if module is not None:
-                module.poll(now_ms)
+        changed = False
+        while self._changes.pop() is not None:
+            changed = True
+        if changed:
+            self._read_settings()
+        # Nothing allocated while both are off and stay off: this runs every cycle on every device.
+        if self._want["shelly"] != (app.shelly_udp is not None):
+            self._switch("shelly", now_ms)
+        if self._want["sma"] != (app.sma is not None):
+            self._switch("sma", now_ms)
+        if app.shelly_udp is not None:
+            app.shelly_udp.poll(now_ms)
+            app.shelly_ws.poll(now_ms)
+        if app.sma is not None:
+            app.sma.poll(now_ms)
+
+    def _switch(self, key, now_ms):
+        """Load the emulation key when it is wanted (unless backing off after running out of memory), else drop."""
+        shelly = key == "shelly"
+        if not self._want[key]:
+            if shelly:
+                self._drop_shelly()
+            else:
+                self._drop_sma()
+            return
+        if not self._may_try(key, now_ms):
+            return
+        try:
+            if shelly:
+                self._load_shelly()
+            else:
+                self._load_sma()
+        except MemoryError:
+            if shelly:
+                self._drop_shelly()
+            else:
+                self._drop_sma()
+            self._failed[key] = now_ms
+            self.state = WARN
+            self.count(key + "_out_of_memory")
+            self._app.log.error("emulation %s off: out of memory", key)
+            return
+        self._failed.pop(key, None)
+        self.count(key + "_loaded")
+        if not self._failed:
+            self.state = OK
 
     def _load_shelly(self):
         from core.version import VERSION
@@ -82,6 +120,8 @@ class EmulationLoader(Module):
         for module in (app.shelly_udp, app.shelly_ws):
             if module is not None:
                 module.stop()
+        if app.shelly_udp is not None:
+            app.shelly_udp.release()
         app.shelly_ident = app.shelly_udp = app.shelly_ws = None
         self._unload(SHELLY_PARTS, app.sma is None)
 

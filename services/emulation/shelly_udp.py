@@ -17,6 +17,8 @@ class ShellyUdp(Module):
     max_per_poll = 4          # datagrams answered per socket and poll: a flood cannot starve the loop
     retry_ms = 5000           # after a failed bind or out of sockets
     max_datagram = 512        # a battery's request is ~60 bytes; longer ones are not JSON-RPC for us
+    serve_every_ms = 20       # sockets read at most this often: an empty read raises (EAGAIN), and a battery that
+    #                           asks every 1-4 s does not notice 20 ms
 
     def __init__(self, pool, bus, settings, ident, energy_floor=None, uptime=None, host="0.0.0.0"):
         Module.__init__(self)
@@ -31,6 +33,10 @@ class ShellyUdp(Module):
         self._socks = {}          # port -> socket
         self._failed_at = None
         self.last_answer_ms = None
+        self._served_at = None
+        # The ports are read again only when the settings change: an idle poll allocates nothing of its own.
+        self._changes = bus.subscribe("settings", 4)
+        self._ports = self.wanted_ports()
 
     def wanted_ports(self):
         """The ports to listen on now (none while the emulation is off)."""
@@ -42,20 +48,30 @@ class ShellyUdp(Module):
             port = s.get(key, 0)
             if isinstance(port, int) and port > 0 and port not in ports:
                 ports.append(port)
-        return ports
+        return tuple(ports)
 
     def poll(self, now_ms):
-        ports = self.wanted_ports()
-        for port in list(self._socks):
-            if port not in ports:
-                self._socks[port] = close_quietly(self._socks[port])
-                del self._socks[port]
-        missing = [p for p in ports if p not in self._socks]
-        if missing and (self._failed_at is None or not 0 <= ticks_diff(now_ms, self._failed_at) < self.retry_ms):
-            for port in missing:
-                self._open(port, now_ms)
-        for port in self._socks:
-            self._serve(self._socks[port], now_ms)
+        changed = False
+        while self._changes.pop() is not None:
+            changed = True
+        if changed:
+            self._ports = self.wanted_ports()
+            for port in list(self._socks):
+                if port not in self._ports:
+                    self._socks[port] = close_quietly(self._socks[port])
+                    del self._socks[port]
+        if len(self._socks) < len(self._ports) and (self._failed_at is None or
+                                                   not 0 <= ticks_diff(now_ms, self._failed_at) < self.retry_ms):
+            for port in self._ports:
+                if port not in self._socks:
+                    self._open(port, now_ms)
+        if self._served_at is not None and 0 <= ticks_diff(now_ms, self._served_at) < self.serve_every_ms:
+            return
+        self._served_at = now_ms
+        for port in self._ports:
+            sock = self._socks.get(port)
+            if sock is not None:
+                self._serve(sock, now_ms)
 
     def _serve(self, sock, now_ms):
         for _ in range(self.max_per_poll):
@@ -103,6 +119,10 @@ class ShellyUdp(Module):
         for port in list(self._socks):
             close_quietly(self._socks[port])
         self._socks = {}
+
+    def release(self):
+        """Stop receiving settings changes: the listener is let go (services/emulation/loader.py)."""
+        self._bus.unsubscribe("settings", self._changes)
 
     def describe(self):
         d = Module.describe(self)

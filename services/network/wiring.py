@@ -27,7 +27,7 @@ def wire(app):
         from services.network.mdns_service import MdnsAdvertiser
 
         app.mdns = sup.add(MdnsAdvertiser(lambda: mdns.Server(wifi.radio), app.device_id, app.http_port,
-                                          shelly=lambda: app.settings.get("emulation.shelly", False)))
+                                          shelly=lambda: app.emulation is not None and app.emulation.wanted("shelly")))
     except ImportError:  # a build without mdns: the device is still reachable by its address
         app.log.warning("mdns unavailable")
     app.captive_dns = sup.add(CaptiveDns(app.pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
