@@ -227,6 +227,8 @@ def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False, 
         if heap_kb:
             cmd += ["-X", "heapsize=%dk" % heap_kb]
         cmd += ["runner.py", str(seconds), mode] + (["frozen"] if frozen else [])
+        if os.environ.get("METERPLUS_BENCH_EMULATION"):   # --emulation: both meter emulations on
+            cmd.append("emulation")
         res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=seconds + 120)
         result = None
@@ -394,7 +396,10 @@ def main(argv=()):
     p.add_argument("--frozen", action="store_true",
                    help="also run with the firmware and libraries frozen into the interpreter (code out of the heap)")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--emulation", action="store_true", help="also turn both meter emulations on")
     args = p.parse_args(list(argv))
+    if args.emulation:
+        os.environ["METERPLUS_BENCH_EMULATION"] = "1"
     try:
         binary = build(source_tree(args.src))
     except Skip as exc:

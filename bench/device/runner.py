@@ -27,6 +27,7 @@ from meter import sml_encode as enc  # noqa: E402
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
 MODE = sys.argv[2] if len(sys.argv) > 2 else "run"   # "run": all traffic; "boot": the boot check only
+EMULATION = "emulation" in sys.argv[3:]              # both meter emulations on too (bench_device --emulation)
 HTTP_PATHS = ("/api/v1/system/alive", "/api/v1/history/latest", "/api/v1/system/info", "/",
               "/api/v1/history/highRes?date=2026-01-01", "/api/v1/settings", "/api/v1/mqtt/status",
               "/api/v1/modbus/status")
@@ -189,10 +190,13 @@ class MqttBroker:
 
 
 def write_settings():
-    """The drive as a user who turned on every feature leaves it: WiFi, MQTT and Modbus on."""
+    """The drive as a user who turned on every feature leaves it: WiFi, MQTT and Modbus on; with EMULATION also
+    both meter emulations (the Shelly with one UDP port, as docs/api.md's socket budget asks beside Modbus)."""
     doc = {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
            "mqtt": {"enable": True, "host": "10.0.0.2", "port": 1883, "sendInterval": 5},
            "modbus": {"enable": True, "port": 502, "model": 213}}
+    if EMULATION:
+        doc["emulation"] = {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0, "sma": True}
     with open("settings.json", "w") as f:
         json.dump(doc, f)
 
