@@ -226,3 +226,51 @@ def test_a_stale_meter_is_refused_not_repeated(device):
     finally:
         device.control("meter", None)
     device.wait_for(lambda: device.get("/rpc/EM.GetStatus?id=0")[0] == 200, timeout=30)
+
+
+def test_pysma_plus_reads_the_running_firmware_as_an_sma_energy_meter(tmp_path):
+    # The whole firmware with the SMA emulation on, a unicast target on this host (port 9522, the protocol's), each
+    # datagram read by pysma-plus's own parser and compared with /history/latest between two equal readings.
+    from tests.test_sma_emulation import decode, named
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    rx.bind(("127.0.0.1", 9522))
+    rx.settimeout(3)
+    h = HostProcess(tmp_path / "drive", settings={"emulation": {"sma": True, "smaTargets": "127.0.0.1"}})
+    h.start()
+    try:
+        h.wait_for(lambda: h.get("/api/v1/history/latest")[0] == 200)
+
+        def newest():
+            rx.settimeout(0)
+            try:
+                while True:
+                    rx.recvfrom(2048)                       # drop what queued up: the next one is fresh
+            except BlockingIOError:
+                pass
+            rx.settimeout(3)
+            data = rx.recvfrom(2048)[0]
+            return time.monotonic(), data
+
+        # A datagram leaves ~10 ms after its telegram and the next telegram is ~1 s away: /history/latest asked
+        # right after a datagram arrives shows the reading it carried (a few tries, for a telegram in between).
+        for _ in range(10):
+            _t, data = newest()
+            latest = h.get("/api/v1/history/latest")[1]
+            got = decode(data)
+            values = named(got)
+            net = Decimal(str(values["metering_power_absorbed"])) - Decimal(str(values["metering_power_supplied"]))
+            if net == _w(latest, "16.7.0"):
+                break
+        power = _w(latest, "16.7.0")
+        assert Decimal(str(values["metering_power_absorbed"])) == max(power, 0)
+        assert Decimal(str(values["metering_power_supplied"])) == max(-power, 0)
+        assert Decimal(str(values["metering_total_absorbed"])) == _w(latest, "1.8.0")     # kWh
+        assert Decimal(str(values["metering_total_yield"])) == _w(latest, "2.8.0")
+        assert Decimal(str(values["metering_voltage_l1"])) == _w(latest, "32.7.0")
+        esp = {row["name"]: row["value"] for row in h.get("/api/v1/system/info")[1]["esp"]}
+        assert got["serial"] == (int(str(esp["esp_id"])[-8:], 16) or 1) and got["susyid"] == 349
+    finally:
+        h.stop()
+        rx.close()
