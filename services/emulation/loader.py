@@ -38,12 +38,12 @@ class EmulationLoader(Module):
     def _read_settings(self):
         get = self._app.settings.get
         self._want = {"shelly": get("emulation.shelly", False) is True, "sma": get("emulation.sma", False) is True}
+        for key in ("shelly", "sma"):
+            if not self._want[key]:
+                self._failed.pop(key, None)   # switched off: no back-off stamp left to age past the tick wrap
 
     def wanted(self, key):
         """Whether the emulation key ("shelly", "sma") is switched on (as of the last settings change)."""
-        return self._want[key]
-
-    def _wanted(self, key):
         return self._want[key]
 
     def _may_try(self, key, now_ms):
