@@ -33,9 +33,23 @@ def _device(tmp_path, ntp):  # noqa: F811
                                                  pubkey_file(str(tmp_path))], settings={"ota": {"url": ""}}).start()
 
 
-def _upload(browser, h, archive):  # noqa: F811
-    """The System page with archive chosen in the update-from-file box (its confirmation accepted)."""
+def _upload(browser, h, archive, drop=None):  # noqa: F811
+    """The System page with archive chosen in the update-from-file box (its confirmation accepted); drop: the
+    offsets whose first piece is lost at the network (the connection aborted, as a shed or a WiFi drop)."""
     page = _page(browser)
+    if drop:
+        dropped = set()
+
+        def lose_once(route):
+            offset = route.request.url.rsplit("offset=", 1)[1]
+            if offset in drop and offset not in dropped:
+                dropped.add(offset)
+                route.abort("connectionreset")
+            else:
+                route.continue_()
+
+        page.route("**/api/v1/ota/upload?offset=*", lose_once)
+        page.dropped = dropped
     page.goto(h.url + "/#/system")
     page.on("dialog", lambda d: d.accept())
     page.locator("[data-test=ota-file]").set_input_files(str(archive))
@@ -65,11 +79,12 @@ def test_an_untrusted_archive_is_refused_in_words_and_changes_nothing(browser, t
     archive = _archive(tmp_path, folder, "0.2.0", key=Ed25519PrivateKey.generate())
     h = _device(tmp_path, ntp)
     try:
-        page = _upload(browser, h, archive)
+        page = _upload(browser, h, archive, drop={"0", "8192"})        # two pieces lost once: sent again
         refusal = page.locator("[data-test=ota-upload] .msg.err")
         refusal.wait_for(timeout=60000)
         # In the page's language from the answer's stable error code, not the device's English message.
         assert refusal.inner_text() == "Abgelehnt: Signatur fehlt oder falsch.", refusal.inner_text()
+        assert page.dropped == {"0", "8192"}
         assert page.locator("[data-test=restart-wait]").count() == 0
         assert running_version(h) == "0.1.0" and not os.path.exists(os.path.join(h.state, "ota/journal"))
         page.context.close()

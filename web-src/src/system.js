@@ -151,8 +151,8 @@ export function System() {
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // A signed release archive (tools.ota_manifest --archive) from a file: sent in 8 KB pieces at their offsets; a 409
-// (signature being checked, busy) sends again from what the device has; once the device has it all it installs
-// and restarts, and the waiting view reloads the page.
+// (signature being checked, busy) sends again from what the device has, a piece lost at the network is sent again;
+// once the device has it all it installs and restarts, and the waiting view reloads the page.
 function UploadBox() {
   const [msg, setMsg] = useState(null);
   const [pct, setPct] = useState(null);
@@ -164,14 +164,21 @@ function UploadBox() {
     const data = new Uint8Array(await f.arrayBuffer());
     let offset = 0;
     let again = 0;
+    let drops = 0;
     setMsg(['', t('uploading', f.name)]);
     setPct(0);
     for (;;) {
       let r;
       try {
         r = await api('/ota/upload?offset=' + offset, { method: 'POST', body: data.subarray(offset, offset + 8192) });
-        again = 0;
+        again = drops = 0;
       } catch (x) {
+        // A piece lost at the network (the device shed the connection, WiFi dropped) is sent again: pieces carry
+        // their offset, and a device that had taken it answers 409 with what it has.
+        if (x.status === 0 && drops++ < 5) {
+          await pause(1000 * drops);
+          continue;
+        }
         if (x.status === 409 && x.body && again++ < 60) {
           offset = x.body.received;
           await pause(2000);
