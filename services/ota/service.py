@@ -49,6 +49,8 @@ RESULT = "ota/result"
 BAD = "ota/bad"
 FLOOR = "ota/floor"     # the highest min_version of a release installed here (only ever raised; docs/ota.md)
 
+MEMORY_READS_PER_POLL = 8   # recv_into calls per poll into the manifest's memory (files keep HttpGet's 2: flash)
+
 IDLE = "idle"
 CHECKING = "checking"
 VERIFYING = "verifying"
@@ -427,6 +429,9 @@ class OtaService(Module):
         self._sink = st.MemorySink(mf.MAX_MANIFEST_BYTES)
         self._sig_sink = None
         self._req = hg.HttpGet(self._pool, url, self._sink, self._buf, self._ssl_factory)
+        # Into memory, not onto the flash: as much per poll as the socket holds (on the device the TCP window,
+        # ~6 KB, ends a poll's reads first), so a 17 KB manifest takes one poll, not three.
+        self._req.reads_per_poll = MEMORY_READS_PER_POLL
         self.phase = CHECKING
 
     def _check_step(self, now):
@@ -453,6 +458,7 @@ class OtaService(Module):
             self._manifest_data = bytes(self._sink.data)
             self._sink = self._sig_sink = st.MemorySink(256)
             self._req = hg.HttpGet(self._pool, _sig_url(self._source), self._sig_sink, self._buf, self._ssl_factory)
+            self._req.reads_per_poll = MEMORY_READS_PER_POLL
             self.phase = CHECKING
             return
         data = self._sig_sink.data
