@@ -63,13 +63,15 @@ clean:
 # dist/meterplus-x.y.z/ (signed update, upload archive, CIRCUITPY zip, SHA256SUMS) and dist/manifest.json, the channel
 # ota.url points at; VERSION defaults to core/version.py's (the only one allowed), no KEY builds it unsigned.
 # CIRCUITPY_SRC (above) builds CircuitPython's mpy-cross for .mpy files; without it one from the device bench's cache,
-# else .py. `make install DRIVE=/media/$(USER)/CIRCUITPY [ARGS=--dry-run]` puts the release onto a board's drive.
+# else .py (RELEASE_ARGS=--py: .py anyway; --out DIR: elsewhere than dist/).
+# `make install DRIVE=/media/$(USER)/CIRCUITPY [ARGS=--dry-run]` builds the release and puts it onto a board's drive.
 VERSION ?=
 KEY     ?=
+RELEASE_ARGS ?=
 DRIVE   ?=
 .PHONY: release install
 release: $(STAMP)
-	CIRCUITPY_SRC="$(CIRCUITPY_SRC)" $(BIN)/python -m tools.release $(VERSION) $(if $(KEY),--key "$(KEY)")
+	CIRCUITPY_SRC="$(CIRCUITPY_SRC)" $(BIN)/python -m tools.release $(VERSION) $(if $(KEY),--key "$(KEY)") $(RELEASE_ARGS)
 
 install: release
 	@test -n "$(DRIVE)" || { echo "make install DRIVE=/path/to/CIRCUITPY (where the board's drive is mounted)"; exit 2; }
