@@ -4,7 +4,6 @@ tokens, the MQTT CA, history, logs) and the owner's own update keys; what is not
 and a drive too small, are refused before anything is written; --dry-run writes nothing."""
 
 import hashlib
-import json
 import os
 import subprocess
 import sys

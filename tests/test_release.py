@@ -5,7 +5,6 @@ mpy-cross is missing and .mpy (that boots on the device bench) where it is there
 import glob
 import hashlib
 import importlib.metadata
-import io
 import json
 import os
 import shutil

@@ -300,7 +300,7 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
             for folder in MPY_PACKAGES + ("lib",):
                 compile_tree(tool, os.path.join(stage, folder))
         drive = {}
-        for root, dirs, names in os.walk(stage):
+        for root, _dirs, names in os.walk(stage):
             for n in names:
                 full = os.path.join(root, n)
                 drive[os.path.relpath(full, stage).replace(os.sep, "/")] = _read(full)
