@@ -68,6 +68,7 @@ class Clock(module.Module):
     "settings" topic, rtc (rtc.RTC() or None), server (overrides the ntp_server setting), backups."""
 
     name = "clock"
+    poll_every_ms = 100     # NTP answers wait in the socket; a second's tick needs no finer step
     BACKUP_SERVERS = ("ptbtime1.ptb.de", "time.cloudflare.com", "time.google.com")
     RESYNC_MS = 6 * 3600 * 1000   # after a good answer
     RETRY_MS = 60 * 1000          # after a round where no server answered; doubles up to RETRY_MAX_MS

@@ -9,6 +9,9 @@ class Module:
     """Base of drivers and services: construct allocates, start() touches hardware, poll() is a bounded slice."""
 
     name = "module"
+    # How often the supervisor polls it: 0 = every cycle (sockets a client waits on); a module whose work is
+    # timers or slow hardware says how often is enough, so an idle cycle does not pay for it (issue 25).
+    poll_every_ms = 0
 
     def __init__(self):
         self.state = OK

@@ -25,10 +25,19 @@ class _Slot:
         self.ok_since = None
         self.essential = False   # never given up (the HTTP API: the way a user repairs the device)
         self.last = False        # kept at the end of the poll order
+        self.paced = hasattr(module, "poll_every_ms")   # read at each poll: a module may change it as it works
+        self.due_at = None       # ticks before which a module with its own interval is not polled again
 
 
 class Supervisor:
-    """Runs modules round-robin; ticks_ms, watchdog and gc_collect are injected so tests can step time."""
+    """Runs modules round-robin; ticks_ms, watchdog, gc_collect and mem_alloc are injected so tests can step time.
+
+    Garbage: with mem_alloc (gc.mem_alloc), the supervisor collects at the end of a cycle, between two modules'
+    work, once gc_alloc_budget bytes were allocated since the last collection (looked at every gc_check_every
+    cycles: gc.mem_alloc walks the allocation table). A collection walks every live object (70-220 ms on an
+    ESP32-S3 with PSRAM), so it must not run every cycle; an idle firmware that allocates nothing never collects.
+    gc_alloc_budget = 0 leaves collecting to CircuitPython (when an allocation finds no room). Without mem_alloc
+    (tests), it collects every gc_every cycles."""
 
     warn_poll_ms = 50        # a poll slower than this is counted and warned about
     backoff_first_ms = 1000  # first restart delay after a fault; doubles each time
@@ -36,12 +45,17 @@ class Supervisor:
     max_restarts = 20        # consecutive faults before a module is given up (FAILED)
     healthy_after_ms = 60000  # running this long without fault forgives earlier faults
     essential_backoff_max_ms = 60000  # an essential module past the restart cap retries at least this often
-    gc_every = 1             # collect garbage after every n-th cycle, at one fixed point
+    gc_every = 1             # without mem_alloc: collect after every n-th cycle, at one fixed point
+    gc_alloc_budget = 131072  # with mem_alloc: collect once this many bytes were allocated since the last one
+    gc_check_every = 8       # cycles between looks at the heap
 
-    def __init__(self, ticks_ms, watchdog=None, gc_collect=None, log=None):
+    def __init__(self, ticks_ms, watchdog=None, gc_collect=None, log=None, mem_alloc=None):
         self._ticks_ms = ticks_ms
         self._watchdog = watchdog
         self._gc_collect = gc_collect
+        self._mem_alloc = mem_alloc
+        self._alloc_after_gc = None
+        self.collections = 0
         self._log = log
         self._slots = []
         self.cycles = 0
@@ -97,6 +111,7 @@ class Supervisor:
             self._note("error", "%s keeps failing (%d faults): it is essential, retrying every %d s",
                        mod.name, slot.faults, cap // 1000)
         slot.phase = _PENDING
+        slot.due_at = None
         slot.retry_at = ticks_add(now, delay)
         mod.state = FAILED if where == "start" else WARN
         self._note("warning", "%s %s fault (%d), retry in %d ms: %s", mod.name, where, slot.faults, delay,
@@ -108,6 +123,8 @@ class Supervisor:
         for slot in self._slots:
             if slot.phase == _DEAD:
                 continue
+            if slot.due_at is not None and ticks_less(now, slot.due_at):
+                continue   # polls on its own interval and is not due
             mod = slot.module
             if slot.phase == _PENDING:
                 if slot.retry_at is not None and ticks_less(now, slot.retry_at):
@@ -123,6 +140,9 @@ class Supervisor:
                 slot.ok_since = now
                 if mod.state != WARN:
                     mod.state = OK
+            if slot.paced:
+                every = mod.poll_every_ms
+                slot.due_at = ticks_add(now, every) if every else None
             t0 = self._ticks_ms()
             try:
                 mod.poll(now)
@@ -143,12 +163,31 @@ class Supervisor:
         if self._watchdog is not None:
             self._watchdog.feed()
         self.cycles += 1
-        if self._gc_collect is not None and self.cycles % self.gc_every == 0:
-            self._gc_collect()
+        if self._gc_collect is not None:
+            self._collect_garbage()
         spent = ticks_diff(self._ticks_ms(), now)
         if spent > self.worst_cycle_ms:
             self.worst_cycle_ms = spent
         return now
+
+    def _collect_garbage(self):
+        """Collect now when the heap's budget of new allocations is spent (or every gc_every cycles without
+        mem_alloc); the cycle's end is the quiet moment: no module is half-way through its work."""
+        if self._mem_alloc is None:
+            if self.cycles % self.gc_every == 0:
+                self._gc_collect()
+                self.collections += 1
+            return
+        if not self.gc_alloc_budget or self.cycles % self.gc_check_every:
+            return
+        used = self._mem_alloc()
+        if self._alloc_after_gc is None or used < self._alloc_after_gc:
+            self._alloc_after_gc = used    # first look, or CircuitPython collected by itself meanwhile
+            return
+        if used - self._alloc_after_gc >= self.gc_alloc_budget:
+            self._gc_collect()
+            self.collections += 1
+            self._alloc_after_gc = self._mem_alloc()
 
     def stop_all(self):
         """Stop every module in reverse order (services flush here); never raises."""
@@ -160,6 +199,7 @@ class Supervisor:
                     self._note("error", "%s stop failed: %s", slot.module.name, exc)
                 slot.phase = _PENDING
                 slot.retry_at = None
+                slot.due_at = None
 
     def state(self):
         """Combined state: FAILED if any module failed, WARN if any warns, else OK."""
@@ -186,7 +226,8 @@ class Supervisor:
             if slot.last_error:
                 d["last_error"] = slot.last_error
             mods[slot.module.name] = d
-        return {"cycles": self.cycles, "worst_cycle_ms": self.worst_cycle_ms, "state": self.state(), "modules": mods}
+        return {"cycles": self.cycles, "worst_cycle_ms": self.worst_cycle_ms, "collections": self.collections,
+                "state": self.state(), "modules": mods}
 
     def worst_poll_ms(self, name):
         """Worst poll time of the named module (ms)."""

@@ -13,6 +13,7 @@ class Uptime(Module):
     """
 
     name = "uptime"
+    poll_every_ms = 1000     # folding ticks into the uptime once a second stays far inside the tick wrap
 
     def __init__(self, boot_ticks=None, ticks=ticks_ms):
         Module.__init__(self)

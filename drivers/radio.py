@@ -122,6 +122,7 @@ class WifiManager(Module):
     """
 
     name = "wifi"
+    poll_every_ms = 250     # joins and losses take seconds
     connect_timeout_s = 4       # the IR head's 4096 B UART buffer covers 4 s at 9600 baud
     reconnect_grace_ms = 8000   # CircuitPython retries by itself after a loss: give it this long first
     backoff_first_ms = 5000

@@ -44,6 +44,7 @@ class CloudService(Module):
     ssl_factory (ssl.create_default_context), clock (for timestamps, may be None), log."""
 
     name = "cloud"
+    poll_every_ms = 250     # a push every few seconds at most; its connection tolerates 250 ms
     connect_timeout_ms = 10000  # TCP connect, stepped without blocking; the handshake counts to the welcome's
     welcome_timeout_ms = 10000
     backoff_first_ms = 30000

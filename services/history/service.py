@@ -22,6 +22,7 @@ class History(Module):
     or None; settings: has get(); store: services.history.store.HistoryStore; log: core.log.Log or None."""
 
     name = "history"
+    poll_every_ms = 250     # a reading a second; records close on the quarter hour
     MAX_BATCH = 96            # records in RAM that force an early flush (a day of quarter hours)
     MAX_RAM = 400             # records kept in RAM while the flash refuses writes; older ones are dropped
     DEFAULT_FLUSH_MIN = 60

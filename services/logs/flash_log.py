@@ -35,6 +35,7 @@ class FlashLog(Module):
     """
 
     name = "flash_log"
+    poll_every_ms = 500     # writes are batched to spare the flash
     path = "logs/log.csv"
     old_path = "logs/log.1.csv"
     legacy = ("log.1.csv", "log.csv")  # firmware before 2026-11 kept them at the drive root; oldest first

@@ -13,6 +13,7 @@ class MdnsAdvertiser(Module):
     device_id; port: the HTTP port. The ESP-IDF responder announces again by itself when the station (re)joins."""
 
     name = "mdns"
+    poll_every_ms = 100     # RFC 6762 asks a responder to answer within 20-120 ms
 
     def __init__(self, server_factory, device_id, port, shelly=None):
         Module.__init__(self)

@@ -119,6 +119,7 @@ class OtaService(Module):
     boot module: its journal functions), ssl_factory, rand(n) -> 0..n-1, log."""
 
     name = "ota"
+    idle_every_ms = 250           # polled this often while idle (its timers); every cycle while it works
     first_check_ms = 60000        # the first check after a start (the network is up by then)
     stale_ms = 600000             # GET ota/check starts a new check when the last is older than this
     retry_ms = 3600000            # a failed check or install is tried again after this long
@@ -339,6 +340,11 @@ class OtaService(Module):
     # ------------------------------------------------------------------ the loop
 
     def poll(self, now_ms):
+        self._poll(now_ms)
+        busy = self.phase != IDLE or self._upload is not None or self._cleanup
+        self.poll_every_ms = 0 if busy else self.idle_every_ms
+
+    def _poll(self, now_ms):
         self._now = now_ms
         if self.phase != IDLE or self._upload is not None:
             load_parts()

@@ -55,6 +55,7 @@ class Outages(Module):
     record; 0 when unknown), ota: the OTA service or None (a rollback names its reason), log."""
 
     name = "outages"
+    poll_every_ms = 1000     # its journal changes at boot and on the minute
 
     def __init__(self, journal, clock, reset_reason, last_seen=None, ota=None, log=None):
         Module.__init__(self)

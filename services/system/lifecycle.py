@@ -11,6 +11,7 @@ class Lifecycle(Module):
     wipe_paths (files removed by a factory reset: settings, tokens, CA certificate)."""
 
     name = "lifecycle"
+    poll_every_ms = 100     # restarts and resets are human-paced
     reboot_delay_ms = 500      # lets the HTTP answer leave before the restart
     reset_delay_ms = 2000      # keeps the LED solid red long enough to be seen
 

@@ -8,6 +8,7 @@ class StatusPolicy(Module):
     """bus (latest "reading"), led (StatusLed), supervisor (combined module state)."""
 
     name = "status"
+    poll_every_ms = 100     # the LED's meaning changes at human pace
     startup_ms = 15000   # yellow until the first reading or this long: the meter needs a few telegrams
 
     def __init__(self, bus, led, supervisor):
