@@ -58,6 +58,7 @@ class Api:
         self.fake = _Routes()
         self.api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, rate_limit=rate_limit,
                            route_modules=[self.fake, routes_auth], ticks=self.clock)
+        self.api.accept_every_ms = 0   # time stands still between this harness's polls: ask the listener every poll
         self.api.start()
         self.port = server_port(self.api)
         self.host = "127.0.0.1:%d" % self.port

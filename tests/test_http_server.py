@@ -118,6 +118,33 @@ def test_silent_connection_closed_without_answer_at_deadline(hello):
     assert hello.server.connections() == 0
 
 
+def test_an_idle_listener_is_asked_every_accept_every_ms_and_a_busy_one_every_poll(hello):
+    """An empty accept() raises EAGAIN (heap garbage on the device): with no client, the listener is asked once per
+    accept_every_ms; a waiting client is taken at the next ask, and while one is connected every poll asks."""
+    hello.server.accept_every_ms = 10
+    calls = []
+    real_accept = hello.server._sock.accept
+
+    def counting_accept():
+        calls.append(hello.clock())
+        return real_accept()
+
+    hello.server._sock.accept = counting_accept
+    hello.poll(3)                    # nobody there: one ask, then quiet while the clock stands still
+    assert len(calls) == 1
+    s = socket.create_connection(("127.0.0.1", hello.port), timeout=2)
+    time.sleep(0.05)
+    hello.poll(3)
+    assert len(calls) == 1 and hello.server.connections() == 0   # within 10 ms of the empty ask: not asked
+    hello.clock.advance(10)
+    hello.poll(1)
+    assert hello.server.connections() == 1                        # taken at the next ask
+    n = len(calls)
+    hello.poll(3)
+    assert len(calls) == n + 3                                    # a client connected: every poll asks
+    s.close()
+
+
 def test_peer_closing_early_frees_the_slot(hello):
     for _ in range(5):
         s = hello.connect()

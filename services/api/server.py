@@ -113,6 +113,8 @@ class HardenedServer(Server):
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
     send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
+    accept_every_ms = 0        # > 0: while no client is connected, the listener is asked only this often (an empty
+    #                            accept() raises EAGAIN, and an exception is heap garbage); HttpApi sets it
 
     def __init__(self, socket_source, dispatch, ticks=ticks_ms, log=None):
         Server.__init__(self, socket_source, root_path=None, debug=False)
@@ -125,6 +127,7 @@ class HardenedServer(Server):
         self._ticks = ticks
         self._log = log
         self._conns = []
+        self._listen_at = None     # ticks of the last accept() that found nobody waiting
         self.counters = {}
 
     def _count(self, key):
@@ -163,12 +166,14 @@ class HardenedServer(Server):
     def poll(self):
         """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
         now = self._ticks()
-        if self._conns:  # idle polls allocate nothing here (the device raises EAGAIN from accept anyway)
+        if self._conns:  # idle polls allocate nothing here
             keep = []
             for c in self._conns:
                 if self._advance(c, now):
                     keep.append(c)
             self._conns = keep
+        elif self._listen_at is not None and 0 <= ticks_diff(now, self._listen_at) < self.accept_every_ms:
+            return       # nobody was waiting a moment ago: an idle cycle raises no EAGAIN
         self._accept(now)
 
     def _advance(self, c, now):
@@ -276,6 +281,7 @@ class HardenedServer(Server):
                 sock, addr = self._sock.accept()
             except OSError as exc:
                 if exc.errno == errno.EAGAIN:
+                    self._listen_at = now
                     return
                 self._out_of_sockets(now)
                 return

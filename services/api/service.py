@@ -3,7 +3,7 @@
 import json
 
 from adafruit_httpserver import Redirect, Response
-from adafruit_ticks import ticks_ms
+from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.elapsed import fresh
 from core.module import Module
@@ -92,7 +92,10 @@ class RateLimiter:
             self._who[self._head] = None
             self._head = (self._head + 1) % self.limit
             self._count -= 1
-        self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms)]
+        for e in self._seen:
+            if not fresh(e[1], now, self.seen_ms):   # rebuilt only when one left: an idle prune allocates nothing
+                self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms)]
+                break
 
     def held(self, who):
         """Requests of who in the current window."""
@@ -148,10 +151,12 @@ class HttpApi(Module):
     alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
     page_budget = 10              # page and static-file requests per window: a budget of their own (_page_refused)
     emulation_budget = 30         # emulated-Shelly requests per window: two batteries polling once a second, + 50 %
+    accept_every_ms = 10          # an idle listener is asked this often (HardenedServer.accept_every_ms)
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
                  ticks=ticks_ms):
         Module.__init__(self)
+        self._pruned_at = None     # ticks of the last expiry of the limiters and the pending token pair
         self._pool = pool
         self._app = app
         self.host = host
@@ -174,6 +179,7 @@ class HttpApi(Module):
             open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
         self._open_paths = tuple(open_paths)
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
+        server.accept_every_ms = self.accept_every_ms
         routes = []
         for mod in self._route_modules:
             routes.extend(mod.routes(self._app))
@@ -182,14 +188,17 @@ class HttpApi(Module):
         self._server = server
 
     def poll(self, now_ms):
-        # Time-limited state is expired here, every cycle, so no stamp grows old enough for the tick wrap.
-        self.limiter.prune(now_ms)
-        self.alive_limiter.prune(now_ms)
-        self.page_limiter.prune(now_ms)
-        self.emulation_limiter.prune(now_ms)
-        auth = getattr(self._app, "auth", None)
-        if auth is not None:
-            auth.poll(now_ms)
+        # Time-limited state is expired here, once a second (allow() prunes before it decides), so no stamp grows
+        # old enough for the tick wrap.
+        if self._pruned_at is None or not 0 <= ticks_diff(now_ms, self._pruned_at) < 1000:
+            self._pruned_at = now_ms
+            self.limiter.prune(now_ms)
+            self.alive_limiter.prune(now_ms)
+            self.page_limiter.prune(now_ms)
+            self.emulation_limiter.prune(now_ms)
+            auth = getattr(self._app, "auth", None)
+            if auth is not None:
+                auth.poll(now_ms)
         self._server.poll()
 
     def stop(self):
