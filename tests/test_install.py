@@ -219,3 +219,18 @@ def test_switching_between_py_and_mpy_never_leaves_a_stale_module_that_shadows_t
     assert "core/bus.mpy" not in files and "lib/adafruit_ticks.mpy" not in files
     assert "lib/adafruit_httpserver/server.mpy" not in files and "lib/adafruit_httpserver/server.py" in files
     assert "lib/other.mpy" in files                           # not the release's: the owner's
+
+
+def test_make_install_builds_the_release_and_installs_it(tmp_path):
+    drive = new_drive(tmp_path / "CIRCUITPY")
+    r = subprocess.run(["make", "-s", "install"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "make install DRIVE=" in r.stdout + r.stderr
+    r = subprocess.run(["make", "-s", "install", "DRIVE=" + drive, "ARGS=--dry-run"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Would install Meter Plus 0.1.0" in r.stdout and "new     code.py" in r.stdout
+    assert sorted(os.listdir(drive)) == ["boot_out.txt"]
+    r = subprocess.run(["make", "-s", "install", "DRIVE=" + drive], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.path.exists(os.path.join(drive, "code.py")) and os.path.exists(os.path.join(drive, "lib"))
