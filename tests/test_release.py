@@ -106,15 +106,23 @@ def tree(folder):
 
 
 def circuitpython_build():
-    """(mpy-cross, unix-port interpreter or None) the device bench left in its cache; (None, None) without one."""
+    """(CircuitPython's mpy-cross, its unix-port interpreter or None): built from $CIRCUITPY_SRC by the device bench
+    (once, into its cache), else what the bench left in its cache; (None, None) without either."""
+    from bench import bench_device as bd
     from tools.release import find_mpy_cross
 
+    if os.environ.get("CIRCUITPY_SRC"):
+        try:
+            binary = bd.build(bd.source_tree(os.environ["CIRCUITPY_SRC"]))
+            return bd.mpy_cross_of(binary), binary
+        except bd.Skip:
+            pass
     tool = find_mpy_cross()
     if tool is None:
         return None, None
-    for binary in sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(tool)), "..", "*", "micropython"))):
-        if os.path.exists(os.path.join(os.path.dirname(binary), "mpy-cross-build", "mpy-cross")):
-            return tool, os.path.realpath(binary)
+    for binary in sorted(glob.glob(os.path.join(bd.CACHE, "cp-unix-*", "micropython"))):
+        if os.path.exists(bd.mpy_cross_of(binary)):
+            return tool, binary
     return tool, None
 
 

@@ -177,7 +177,7 @@ def plan(drive, zip_path):
             raise InstallError("%s has no %s: not a Meter Plus drive image" % (zip_path, MARKER))
         files = {n: z.read(n) for n in names}
     for n in names:
-        if n.startswith("/") or ".." in n.split("/") or "\\" in n:
+        if n.startswith("/") or ".." in n.split("/") or "\\" in n or ":" in n:
             raise InstallError("%s: a file named %r would land outside the drive: refused" % (zip_path, n))
     marker = json.loads(files[MARKER])
     p = Plan()

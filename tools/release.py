@@ -384,7 +384,7 @@ def main(argv=None):
                    help="a CircuitPython source tree to build mpy-cross from (default $CIRCUITPY_SRC)")
     a = p.parse_args(argv)
     try:
-        build(a.version or None, a.key, a.out, a.src, not a.py, a.circuitpy_src)
+        build(a.version or None, a.key and os.path.expanduser(a.key), a.out, a.src, not a.py, a.circuitpy_src)
     except ReleaseError as exc:
         print("make release: %s" % exc, file=sys.stderr)
         return 1
