@@ -4,6 +4,7 @@ tokens, the MQTT CA, history, logs) and the owner's own update keys; what is not
 and a drive too small, are refused before anything is written; --dry-run writes nothing."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -209,10 +210,13 @@ def test_switching_between_py_and_mpy_never_leaves_a_stale_module_that_shadows_t
     old, _new = zips
     drive = new_drive(tmp_path / "CIRCUITPY")
     # an .mpy drive (a previous release) with a library the owner installed with circup as .mpy
-    for rel in ("core/bus.mpy", "lib/adafruit_ticks.mpy", "lib/adafruit_httpserver/server.mpy", "lib/other.mpy"):
+    previous = ("core/bus.mpy", "lib/adafruit_ticks.mpy", "lib/adafruit_httpserver/server.mpy")
+    for rel in previous + ("lib/other.mpy",):
         os.makedirs(os.path.dirname(os.path.join(drive, rel)), exist_ok=True)
         with open(os.path.join(drive, rel), "wb") as f:
             f.write(b"C\x06")
+    with open(os.path.join(drive, "meterplus_release.json"), "w") as f:
+        json.dump({"version": "0.0.9", "code": "mpy", "keys": [PROJECT_KEY], "files": list(previous)}, f)
     r = run_install(drive, "--zip", old)
     assert r.returncode == 0, r.stderr
     files = tree(drive)
@@ -234,3 +238,17 @@ def test_make_install_builds_the_release_and_installs_it(tmp_path):
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert os.path.exists(os.path.join(drive, "code.py")) and os.path.exists(os.path.join(drive, "lib"))
+
+
+def test_a_drive_with_another_projects_folders_is_refused_unless_asked(tmp_path, zips):
+    drive = new_drive(tmp_path / "CIRCUITPY")
+    os.makedirs(os.path.join(drive, "core"))
+    with open(os.path.join(drive, "core", "robot.py"), "w") as f:
+        f.write("ARM = 1\n")
+    before = tree(drive)
+    r = run_install(drive, "--zip", zips[0])
+    assert r.returncode == 1 and "core/robot.py" in r.stderr and "--replace-folders" in r.stderr, r.stderr
+    assert tree(drive) == before
+    r = run_install(drive, "--zip", zips[0], "--replace-folders")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(os.path.join(drive, "core", "robot.py"))

@@ -164,8 +164,9 @@ def _release_owned(rel, libs):
     return False
 
 
-def plan(drive, zip_path):
-    """The Plan for installing the drive image zip_path onto drive (reads only)."""
+def plan(drive, zip_path, replace_foreign=False):
+    """The Plan for installing the drive image zip_path onto drive (reads only). Files in the application folders
+    of a drive that holds no Meter Plus yet are another project's: refused unless replace_foreign."""
     try:
         z = zipfile.ZipFile(zip_path)
     except (OSError, zipfile.BadZipFile) as exc:
@@ -238,6 +239,13 @@ def plan(drive, zip_path):
     for rel in sorted(set(candidates)):
         if rel not in release and os.path.isfile(_on_drive(drive, rel)):
             p.removes.append(rel)
+    ours = old_marker or os.path.isfile(_on_drive(drive, "core/version.py"))
+    foreign = [r for r in p.removes if r.split("/")[0] in APP_FOLDERS]
+    if foreign and not ours and not replace_foreign:
+        raise InstallError("%s holds no Meter Plus yet, but its %s hold files of something else (%s): move them away "
+                           "or pass --replace-folders to let the install remove them; nothing was written"
+                           % (drive, ", ".join(sorted(set(r.split("/")[0] + "/" for r in foreign))),
+                              ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")))
     under_way = []
     for rel in UPDATE_IN_PROGRESS:
         path = _on_drive(drive, rel)
@@ -309,10 +317,10 @@ def default_zip():
     return os.path.join(REPO, "dist", name, name + "-circuitpy.zip")
 
 
-def install(drive, zip_path, dry_run=False, out=print):
+def install(drive, zip_path, dry_run=False, out=print, replace_foreign=False):
     """Check, plan, check the room, then (unless dry_run) write. Returns the Plan; InstallError when refused."""
     cp_version, board = check_drive(drive)
-    p = plan(drive, zip_path)
+    p = plan(drive, zip_path, replace_foreign)
     free, unit = free_bytes(drive)
     need = needed_bytes(drive, p, unit)
     head = "Meter Plus %s (%s) onto %s (CircuitPython %s, %s)" % (p.version, p.code, drive, cp_version, board)
@@ -325,6 +333,8 @@ def install(drive, zip_path, dry_run=False, out=print):
                            "Hold the BOOT button while pressing reset (the drive stays writable over USB then) and "
                            "run this again; nothing was written" % drive)
     out(("Would install " if dry_run else "Installing ") + head)
+    if dry_run and not os.access(drive, os.W_OK):
+        out("  note: the drive is read-only for this computer now: hold BOOT while pressing reset before installing")
     for rel in p.removes:
         out("  remove  %s" % rel)
     for rel in sorted(p.writes):
@@ -360,6 +370,8 @@ def main(argv=None):
     p.add_argument("drive", help="where the CIRCUITPY drive is mounted")
     p.add_argument("--zip", help="the drive image (default: this repository's dist/ for core/version.py's version)")
     p.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")
+    p.add_argument("--replace-folders", action="store_true",
+                   help="on a drive without Meter Plus: remove other files in core/, drivers/, meter/, services/, web/")
     a = p.parse_args(argv)
     zip_path = a.zip or default_zip()
     if not zip_path or not os.path.isfile(zip_path):
@@ -367,7 +379,7 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     try:
-        install(a.drive, zip_path, a.dry_run)
+        install(a.drive, zip_path, a.dry_run, replace_foreign=a.replace_folders)
     except InstallError as exc:
         print("tools.install: %s" % exc, file=sys.stderr)
         return 1
