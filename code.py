@@ -3,7 +3,6 @@
 import gc
 import os
 import sys
-import time
 
 import board
 import digitalio
@@ -44,7 +43,6 @@ from drivers.button import Button
 from drivers.status_led import StatusLed
 
 SETTINGS_PATH = "settings.json"
-IDLE_SLEEP_S = 0.005     # yields the CPU between cycles; the UART buffer covers 4 s at 9600 baud
 
 # The features, in the order they are wired (and polled): each row names a package's wiring entry, a module with
 # wire(app) that builds the feature's drivers and services, registers them with the supervisor and adds its route
@@ -144,12 +142,14 @@ def build():
 
 def run(app):
     """The cooperative loop: one supervisor step per cycle; an orderly stop flushes through stop()."""
+    from core import idle  # through the module: the host runtime replaces idle.wait
+
     sup = app.supervisor
     app.log.info("Meter Plus up, device %s", app.device_id)
     try:
         while True:
             sup.step()
-            time.sleep(IDLE_SLEEP_S)
+            idle.wait()
     finally:
         sup.stop_all()
 

@@ -47,6 +47,12 @@ class _LineRate:
         self._pending = bytearray()
         self._credit = 0.0
 
+    def done_s(self):
+        """Simulated time at which every queued byte is on the wire, or None when nothing is queued."""
+        if not self._pending or self._last_s is None:
+            return None
+        return self._last_s + (len(self._pending) - self._credit) / BYTES_PER_S
+
 
 class SimMeter:
     """Synthetic household meter: one SML telegram per simulated second, load curve, PV export at midday."""
@@ -74,6 +80,7 @@ class SimMeter:
         self._next_s = None
         self._seq = 0
         self._line = _LineRate()
+        self._last_len = 0
         self.last_power = 0
 
     def _load_counters(self):
@@ -156,13 +163,23 @@ class SimMeter:
         while self._next_s <= now_s:
             p = self._step(self._next_s)
             if now_s - self._next_s < BACKLOG_S:
-                self._line.push(self.telegram(p), self._next_s)
+                t = self.telegram(p)
+                self._last_len = len(t)
+                self._line.push(t, self._next_s)
             self._next_s += 1
         self._save_counters()
         data = self._line.take(now_s)
         if uart is not None and getattr(uart, "baudrate", 9600) != 9600:
             return b""  # a wrong baud rate reads nothing useful; the real head would see garbage
         return data
+
+    def next_due_s(self):
+        """Simulated time at which the next whole telegram will have arrived (host/idle_wait.py sleeps until then),
+        or None before the first read."""
+        done = self._line.done_s()
+        if done is not None:
+            return done
+        return None if self._next_s is None else self._next_s + self._last_len / BYTES_PER_S
 
 
 class ReplaySource:
@@ -185,6 +202,13 @@ class ReplaySource:
                 self._line.push(self.data, self._next_s)
             self._next_s += self.period_s
         return self._line.take(now_s)
+
+    def next_due_s(self):
+        """Simulated time at which the next whole capture will have arrived, or None before the first read."""
+        done = self._line.done_s()
+        if done is not None:
+            return done
+        return None if self._next_s is None else self._next_s + len(self.data) / BYTES_PER_S
 
 
 class SerialSource:
@@ -226,6 +250,10 @@ class SerialSource:
     def on_write(self, data, uart=None):
         self._follow(uart)
         self.ser.write(data)
+
+    def fileno(self):
+        """The port's descriptor: the host runtime's wait wakes when bytes arrive."""
+        return self.ser.fileno()
 
 
 def open_source(arg, state_dir=None):

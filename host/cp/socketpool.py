@@ -5,6 +5,10 @@ import socket as _socket
 
 MAX_SOCKETS = 8  # the ESP32-S3 build of CircuitPython has 8 in the whole system
 _open = set()
+# For the host runtime's wait between loop cycles (host/idle_wait.py): how many calls moved data, accepted or
+# connected so far (a cycle that did any is no idle one), and per socket its descriptor (kept after the ssl
+# stand-in takes the socket over), how often the firmware tried to read it, and whether it waits to write.
+_activity = 0
 
 ETIMEDOUT_DEVICE = 116  # lwIP's ETIMEDOUT; CPython would raise TimeoutError instead
 ENOTCONN_DEVICE = 128   # lwIP's ENOTCONN: a non-blocking recv from a closed peer, or a failed non-blocking connect
@@ -19,6 +23,10 @@ class Socket:
         self._sock = sock
         self._timeout = None
         self._connecting = None    # non-blocking connect: None, "pending", "up" or "failed"
+        self._fd = sock.fileno()
+        self._reads = 0            # read attempts (recv_into, recvfrom_into, accept), done or not
+        self._writes = 0           # send attempts, done or not
+        self._want_write = False   # the last send found the buffer full
         _open.add(self)
 
     @property
@@ -26,8 +34,11 @@ class Socket:
         return int(self._sock.type)
 
     def _call(self, fn, *args):
+        global _activity
         try:
-            return fn(*args)
+            out = fn(*args)
+            _activity += 1
+            return out
         except BlockingIOError:
             raise OSError(errno.EAGAIN, "EAGAIN") from None
         except _socket.timeout:
@@ -38,6 +49,7 @@ class Socket:
             raise OSError(errno.ECONNRESET, "ECONNRESET") from None
 
     def accept(self):
+        self._reads += 1
         conn, addr = self._call(self._sock.accept)
         # Accepted sockets start blocking with no timeout on the device.
         conn.settimeout(None)
@@ -72,6 +84,7 @@ class Socket:
         if state is None:
             if rc == 0:
                 self._connecting = "up"
+                _note_activity()
                 return
             if rc in (errno.EINPROGRESS, errno.EAGAIN):
                 self._connecting = "pending"
@@ -81,6 +94,7 @@ class Socket:
             raise OSError(EALREADY_DEVICE, "EALREADY")
         if rc in (0, errno.EISCONN):
             self._connecting = "up"
+            _note_activity()
             raise OSError(EISCONN_DEVICE, "EISCONN")
         self._connecting = "failed"
         raise OSError(ENOTCONN_DEVICE, "ENOTCONN")
@@ -94,6 +108,7 @@ class Socket:
         self._sock.close()
 
     def recv_into(self, buffer, bufsize=0):
+        self._reads += 1
         n = bufsize or len(buffer)
         got = self._call(self._sock.recv_into, buffer, n)
         if got == 0 and n and self._timeout == 0:
@@ -101,16 +116,27 @@ class Socket:
         return got
 
     def recvfrom_into(self, buffer):
+        self._reads += 1
         return self._call(self._sock.recvfrom_into, buffer)
 
+    def _send(self, fn, *args):
+        self._writes += 1
+        try:
+            out = self._call(fn, *args)
+        except OSError as exc:
+            self._want_write = exc.errno == errno.EAGAIN
+            raise
+        self._want_write = False
+        return out
+
     def send(self, bytes):  # noqa: A002  (the stub's parameter name)
-        return self._call(self._sock.send, bytes)
+        return self._send(self._sock.send, bytes)
 
     def sendall(self, bytes):  # noqa: A002
-        return self._call(self._sock.sendall, bytes)
+        return self._send(self._sock.sendall, bytes)
 
     def sendto(self, bytes, address):  # noqa: A002
-        return self._call(self._sock.sendto, bytes, address)
+        return self._send(self._sock.sendto, bytes, address)
 
     def setblocking(self, flag):
         self._timeout = None if flag else 0
@@ -170,6 +196,11 @@ class SocketPool:
         except _socket.gaierror as exc:
             raise SocketPool.gaierror(SocketPool.EAI_NONAME, "Name or service not known") from exc
         return [(f, t, p, "", addr[:2]) for f, t, p, _c, addr in infos]
+
+
+def _note_activity():
+    global _activity
+    _activity += 1
 
 
 def open_count():

@@ -64,9 +64,15 @@ class _DeviceSSLSocket:
         self._tls = ctx.wrap_socket(raw._sock, server_hostname=server_hostname, do_handshake_on_connect=True)
 
     def _call(self, fn, *args):
+        self._raw._reads += 1          # for the host runtime's wait: the firmware uses this socket
+        self._raw._writes += 1
         try:
-            return fn(*args)
-        except (_real.SSLWantReadError, _real.SSLWantWriteError, BlockingIOError):
+            out = fn(*args)
+            _socketpool._note_activity()
+            self._raw._want_write = False
+            return out
+        except (_real.SSLWantReadError, _real.SSLWantWriteError, BlockingIOError) as exc:
+            self._raw._want_write = isinstance(exc, _real.SSLWantWriteError)
             raise OSError(_errno.EAGAIN, "EAGAIN") from None
         except _real.SSLCertVerificationError as exc:
             raise OSError(MBEDTLS_ERR_X509_CERT_VERIFY_FAILED,
