@@ -180,7 +180,14 @@ def plan(drive, zip_path, replace_foreign=False):
     for n in names:
         if n.startswith("/") or ".." in n.split("/") or "\\" in n or ":" in n:
             raise InstallError("%s: a file named %r would land outside the drive: refused" % (zip_path, n))
-    marker = json.loads(files[MARKER])
+    missing = [n for n in ("settings.toml", KEYS_FILE) if n not in files]
+    try:
+        marker = json.loads(files[MARKER])
+    except ValueError:
+        missing.append(MARKER)
+    if missing:
+        raise InstallError("%s is not a whole Meter Plus drive image (%s missing or damaged): build it again"
+                           % (zip_path, ", ".join(missing)))
     p = Plan()
     p.version, p.code = marker.get("version", "?"), marker.get("code", "?")
     libs = set()
@@ -194,6 +201,8 @@ def plan(drive, zip_path, replace_foreign=False):
         try:
             old_marker = json.loads(raw)
         except ValueError:
+            old_marker = {}
+        if not isinstance(old_marker, dict):
             old_marker = {}
 
     # the release's files, written where they differ
