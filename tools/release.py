@@ -313,8 +313,9 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
         "code": "mpy" if tool else "py",
         "code_note": ("firmware packages and lib/ compiled by CircuitPython's own mpy-cross (%s); code.py and boot.py "
                       "are source" % mpy_cross_version(tool)) if tool else
-                     ("source (.py): no CircuitPython mpy-cross at build time (CIRCUITPY_SRC, or make bench-device "
-                      "once); CircuitPython runs .py the same, an import only takes more time and memory"),
+                     ("source (.py): %s; CircuitPython runs .py the same, each import compiles it first (a slower "
+                      "start)" % ("no CircuitPython mpy-cross at build time (CIRCUITPY_SRC, or make bench-device once)"
+                                  if use_mpy else "built with --py")),
         "libraries": {n: v for n, v in libs},
         "keys": shipped_keys,
         "files": sorted(list(drive) + [MARKER]),
