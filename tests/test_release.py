@@ -273,6 +273,18 @@ def test_without_key_it_builds_everything_unsigned_and_says_so_in_one_line(tmp_p
         assert "manifest.json.sig" not in t.getnames()
 
 
+def test_without_circuitpythons_mpy_cross_the_drive_gets_py_and_says_so(tmp_path):
+    # a machine like CI's: no CircuitPython source, nothing in the device bench's cache
+    r = release("--out", str(tmp_path / "d"), env={"XDG_CACHE_HOME": str(tmp_path / "cache"), "CIRCUITPY_SRC": ""})
+    assert r.returncode == 0, r.stderr
+    assert "drive image as .py: no CircuitPython mpy-cross here" in r.stdout
+    with zipfile.ZipFile(drive_zip(str(tmp_path / "d" / "meterplus-0.1.0"))) as z:
+        marker = json.loads(z.read("meterplus_release.json"))
+        names = z.namelist()
+    assert marker["code"] == "py" and "no CircuitPython mpy-cross" in marker["code_note"]
+    assert "core/bus.py" in names and not [n for n in names if n.endswith(".mpy")]
+
+
 def test_the_version_lives_in_core_version_py_and_needs_a_changelog_entry(tmp_path):
     r = release("0.9.0", "--out", str(tmp_path / "d"), "--py")
     assert r.returncode == 1 and "core/version.py says 0.1.0" in r.stderr and not (tmp_path / "d").exists()
