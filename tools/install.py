@@ -339,11 +339,12 @@ def install(drive, zip_path, dry_run=False, out=print, replace_foreign=False):
                            % (head, free // 1024, need // 1024))
     if not dry_run and not os.access(drive, os.W_OK):
         raise InstallError("%s is read-only for this computer: the firmware's boot.py keeps the drive for itself. "
-                           "Hold the BOOT button while pressing reset (the drive stays writable over USB then) and "
-                           "run this again; nothing was written" % drive)
+                           "Press and release reset, then hold the BOOT button until the drive appears (it stays "
+                           "writable over USB then) and run this again; nothing was written" % drive)
     out(("Would install " if dry_run else "Installing ") + head)
     if dry_run and not os.access(drive, os.W_OK):
-        out("  note: the drive is read-only for this computer now: hold BOOT while pressing reset before installing")
+        out("  note: the drive is read-only for this computer now: press and release reset, then hold BOOT until the "
+            "drive appears, before installing")
     for rel in p.removes:
         out("  remove  %s" % rel)
     for rel in sorted(p.writes):
