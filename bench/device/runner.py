@@ -1,22 +1,45 @@
 """Runs code.py inside CircuitPython's unix port with the bench's hardware stand-ins and measures it.
 
-Started by bench/bench_device.py as `micropython -X heapsize=N runner.py <seconds> <mode>` in a staged drive folder
-(firmware + lib/ + the stand-ins in hw/). Replays an SML meter (one telegram per second, counters rising), sends
-HTTP requests to the API and the web page, reads the SunSpec map over Modbus TCP, and answers the MQTT client as a
-broker, all through the in-memory socketpool. Prints one line `@@BENCH@@ {json}` at the end.
+Started by bench/bench_device.py as `micropython -X heapsize=N runner.py <seconds> <mode> [flags]` in a staged drive
+folder (firmware + lib/ + the stand-ins in hw/). Modes: "run" is the standard load (below), "idle" the same firmware
+with the meter and the MQTT broker but no client, "boot" only the boot check. Flags: "frozen" (the firmware is in
+the interpreter), "nopystone" (skip the CPU benchmark, for the heap bisection).
+
+The standard load (issue 25): one SML telegram per second; the web page's own polls (/history/latest every 4 s,
+/system/info every 20 s, today's quarter hours at start); /system/alive and /history/latest once a second each;
+a Modbus client reading the SunSpec header and model once a second; MQTT publishing (sendInterval 1 s) to a broker;
+a battery asking EM.GetStatus over UDP once a second; Home Assistant's WebSocket on /rpc asking Shelly.GetStatus
+every 2 s; the SMA emulation sending; a Prometheus scrape of /metrics every 15 s.
+
+The firmware runs on the device's clock (stand_ins/_hostenv.py): pystone runs first in the same process, and each
+supervisor step then takes (this interpreter's pystones / the S3's, 1,000 or `--s3 N`) times as long in device time
+as it took here; the loop's 5 ms sleep is 5 ms of device time; the peers' work takes none. So every time the runner
+reports (cycles, collections, latencies, the firmware's own timers and deadlines) is in ESP32-S3 microseconds, and a
+timer the firmware waits on (the SMA pacing, a poll interval) is waited for as long as on the device. More pystone
+samples during the run show how steady the machine was. Prints one line `@@BENCH@@ {json}` at the end.
 """
 
+import array
 import gc
+
+import benchclock
 import sys
 import time as _unix_time   # the port's built-in time, before hw/time.py (CircuitPython's time) shadows it
 
+import hashlib as _builtin_hashlib   # MicroPython's; hw/hashlib.py (CircuitPython's new()) wraps it
+
+FLAGS = sys.argv[3:]
 # "frozen": the firmware and libraries are frozen into the interpreter (bench_device.build_frozen); they win
 # over the drive, as frozen modules do on a CircuitPython board.
-sys.path[:0] = ["hw", ".frozen", ".", "lib"] if "frozen" in sys.argv[3:] else ["hw", ".", "lib"]
+sys.path[:0] = ["hw", ".frozen", ".", "lib"] if "frozen" in FLAGS else ["hw", ".", "lib"]
 
 import time  # noqa: E402
 
 time._rt = _unix_time
+
+import hashlib  # noqa: E402
+
+hashlib._builtin = _builtin_hashlib
 
 import json  # noqa: E402
 
@@ -26,14 +49,29 @@ import socketpool  # noqa: E402
 from meter import sml_encode as enc  # noqa: E402
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-MODE = sys.argv[2] if len(sys.argv) > 2 else "run"   # "run": all traffic; "boot": the boot check only
-EMULATION = "emulation" in sys.argv[3:]              # both meter emulations on too (bench_device --emulation)
-HTTP_PATHS = ("/api/v1/system/alive", "/api/v1/history/latest", "/api/v1/system/info", "/",
-              "/api/v1/history/highRes?date=2026-01-01", "/api/v1/settings", "/api/v1/mqtt/status",
-              "/api/v1/modbus/status")
-HTTP_EVERY_MS = 500
-MODBUS_EVERY_MS = 1000
-IDLE_SLEEP_S = 0.005
+# Device seconds of the same load before anything is measured: the first minute after a start is the start's
+# (MQTT discovery, the first history file, first connections), not what the firmware does all day.
+WARMUP_S = 0 if (len(sys.argv) > 2 and sys.argv[2] == "boot") else 60
+MODE = sys.argv[2] if len(sys.argv) > 2 else "run"
+EMULATION = True             # both meter emulations on in every mode (the standard load has them)
+IDLE_SLEEP_MS = 5             # code.py's IDLE_SLEEP_S: real time on the device as here
+PYSTONE_LOOPS = 20000
+S3_PYSTONES = int(sys.argv[sys.argv.index("--s3") + 1]) if "--s3" in sys.argv else 1000   # the S3 reference
+HIST_BUCKET_US = 20           # cycle-time histogram: 20 us buckets up to 80 ms, larger ones listed
+HIST_BUCKETS = 4000
+SHELLY_UDP_PORT = 1010
+# With every feature of the standard load on (Modbus listener and client, MQTT, Shelly UDP, SMA, the WebSocket), the
+# device's 8 sockets leave one for HTTP clients besides the listener: the bench's HTTP clients take turns, as the
+# issue of the socket budget (26) makes the firmware insist on.
+HTTP_CLIENTS = 1
+
+
+def ticks_us():
+    return _unix_time.ticks_us()
+
+
+def us_since(t0):
+    return _unix_time.ticks_diff(_unix_time.ticks_us(), t0)
 
 
 def stand_ins():
@@ -43,46 +81,96 @@ def stand_ins():
     return [f[:-3] for f in os.listdir("hw") if f.endswith(".py")]
 
 
+class Clock:
+    """Marks on the device clock (_hostenv.device_us): a latency is the device time between two marks."""
+
+    def mark(self):
+        return _hostenv.device_us()
+
+    def since(self, mark):
+        """Device microseconds from mark to now."""
+        return _hostenv.device_us() - mark
+
+
+class Latencies:
+    """Latencies of one kind in device microseconds (kept once the warm-up is over: Latencies.on)."""
+
+    on = False
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, us):
+        if Latencies.on and len(self.items) < 4000:
+            self.items.append(us)
+
+
 class SmlMeter:
-    """A household meter on the IR head: one SML telegram per second, import counter rising at about 1 kW."""
+    """A household meter on the IR head: one SML telegram per second, import counter rising at about 1 kW.
+
+    The power differs from one telegram to the next (1000 + seq % 997 W), so an answer's power names the telegram
+    it came from; the bench turns the median filter off so every reading carries its own telegram's power."""
 
     SERVER_ID = b"\x0a\x01\x44\x5a\x47\x00\x28\xaf\x9a\x58"
 
-    def __init__(self):
+    def __init__(self, clock):
         self.next_s = 1
         self.seq = 0
         self.import_dwh = 123456789
         self.telegrams = 0
+        self.clock = clock
+        self.sent = {}      # power (W) -> firmware-time mark of the cycle whose step took the telegram's last byte
+        self.ready = b""
+
+    def power_of(self, seq):
+        return 1000 + seq % 997
 
     def read_available(self, now_s, uart=None):
-        if now_s < self.next_s:
-            return b""
+        """The telegram made ready in the peers' turn (building it is the meter's work, not the firmware's)."""
+        data = self.ready
+        if data:
+            self.ready = b""
+            self.sent[self.power_of(self.seq)] = self.clock.step_start
+            self.telegrams += 1
+        return data
+
+    def tick(self, now_s):
+        """The peers' turn: the next telegram once a second of device time."""
+        if now_s < self.next_s or self.ready:
+            return
         self.next_s = int(now_s) + 1
         self.seq += 1
         self.import_dwh += 3     # 0.3 Wh per second: about 1 kW
+        power = self.power_of(self.seq)
+        third = power // 3
         entries = [
             enc.entry(enc.obis_name("1.8.0"), self.import_dwh, 30, -1, signed=False),
             enc.entry(enc.obis_name("2.8.0"), 4567, 30, -1, signed=False),
-            enc.entry(enc.obis_name("16.7.0"), 1080, 27, 0, signed=True, width=4),
-            enc.entry(enc.obis_name("36.7.0"), 360, 27, 0, signed=True),
-            enc.entry(enc.obis_name("56.7.0"), 360, 27, 0, signed=True),
-            enc.entry(enc.obis_name("76.7.0"), 360, 27, 0, signed=True),
+            enc.entry(enc.obis_name("16.7.0"), power, 27, 0, signed=True, width=4),
+            enc.entry(enc.obis_name("36.7.0"), third, 27, 0, signed=True),
+            enc.entry(enc.obis_name("56.7.0"), third, 27, 0, signed=True),
+            enc.entry(enc.obis_name("76.7.0"), power - 2 * third, 27, 0, signed=True),
         ]
-        self.telegrams += 1
-        return enc.transport(enc.sml_file(self.SERVER_ID, entries, self.seq))
+        if len(self.sent) > 64:
+            self.sent.pop(self.power_of(self.seq - 64), None)
+        # Handed over inside a supervisor step, and timed from that step's start (the conservative end).
+        self.ready = enc.transport(enc.sml_file(self.SERVER_ID, entries, self.seq))
 
 
 class HttpClient:
     """One request on its own connection; done when the firmware closed it, status from the first line."""
 
-    def __init__(self, path):
+    def __init__(self, path, clock, kind=None, extra=""):
         self.path = path
+        self.kind = kind
+        self.clock = clock
+        self.mark = clock.mark()
         self.end = socketpool.connect_to_listener(80)
         self.status = None
         self.size = 0
         if self.end is not None:
-            self.end.write(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\n"
-                            "Connection: close\r\n\r\n" % (path,)).encode())
+            self.end.write(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\n%s"
+                            "Connection: close\r\n\r\n" % (path, extra)).encode())
 
     def done(self):
         if self.end is None:
@@ -99,14 +187,15 @@ class HttpClient:
 
 
 class ModbusClient:
-    """Reads the SunSpec header (registers 40000..40001) once per request on a connection it keeps."""
+    """An energy manager: the SunSpec header (40000..40001) and the meter model (40002.., 80 registers) once a
+    second on a connection it keeps."""
 
     def __init__(self):
         self.end = None
         self.tid = 0
         self.ok = 0
         self.bad = 0
-        self.waiting = False
+        self.waiting = 0
 
     def request(self):
         if self.end is None or self.end.peer.closed:
@@ -115,29 +204,38 @@ class ModbusClient:
                 return
         if self.waiting:
             return
-        self.tid = (self.tid + 1) & 0xFFFF
-        self.end.write(bytes((self.tid >> 8, self.tid & 255, 0, 0, 0, 6, 1, 3, 0x9C, 0x40, 0, 2)))
-        self.waiting = True
+        for start, count in ((40000, 2), (40002, 80)):
+            self.tid = (self.tid + 1) & 0xFFFF
+            self.end.write(bytes((self.tid >> 8, self.tid & 255, 0, 0, 0, 6, 1, 3, start >> 8, start & 255,
+                                  0, count)))
+            self.waiting += 1
 
     def poll(self):
-        if self.end is None or not self.waiting or len(self.end.inbound) < 13:
-            return
-        frame = bytes(self.end.inbound[:13])
-        self.end.inbound = self.end.inbound[13:]   # MicroPython bytearrays have no slice deletion
-        self.waiting = False
-        if frame[7] == 3 and frame[9:13] == b"SunS":
-            self.ok += 1
-        else:
-            self.bad += 1
+        while self.end is not None and self.waiting and len(self.end.inbound) >= 9:
+            data = self.end.inbound
+            size = 6 + ((data[4] << 8) | data[5])
+            if len(data) < size:
+                return
+            frame = bytes(data[:size])
+            self.end.inbound = data[size:]   # MicroPython bytearrays have no slice deletion
+            self.waiting -= 1
+            if frame[7] == 3 and (frame[8] != 4 or frame[9:13] == b"SunS"):
+                self.ok += 1
+            else:
+                self.bad += 1
 
 
 class MqttBroker:
-    """Just enough of a broker: CONNACK, SUBACK, PUBACK, PINGRESP; counts what the firmware publishes."""
+    """Just enough of a broker: CONNACK, SUBACK, PUBACK, PINGRESP; counts what the firmware publishes and times
+    each publish of the power topic (Home Assistant's power entity) against the telegram whose power it carries."""
 
-    def __init__(self):
+    def __init__(self, clock, meter):
         self.ends = []
         self.connects = 0
         self.publishes = 0
+        self.clock = clock
+        self.meter = meter
+        self.latency = Latencies()
 
     def accept(self, end):
         self.ends.append(end)
@@ -156,14 +254,28 @@ class MqttBroker:
                     end.write(bytes((0x90, 3, body[0], body[1], 0)))
                 elif kind == 3:
                     self.publishes += 1
+                    topic_len = (body[0] << 8) | body[1]
                     qos = (end.last_flags >> 1) & 3
+                    payload_at = 2 + topic_len + (2 if qos else 0)
                     if qos:
-                        topic_len = (body[0] << 8) | body[1]
                         pid = body[2 + topic_len: 4 + topic_len]
                         end.write(b"\x40\x02" + pid)
+                    if body[2:2 + topic_len].endswith(b"/power"):   # Home Assistant's power entity
+                        self._time(body[payload_at:])
                 elif kind == 12:
                     end.write(b"\xd0\x00")
         self.ends = [e for e in self.ends if not e.closed and not e.peer.closed]
+
+    def _time(self, payload):
+        try:
+            power = int(payload)
+        except ValueError:
+            return
+        if power is None:
+            return
+        mark = self.meter.sent.get(power)
+        if mark is not None:
+            self.latency.add(self.clock.since(mark))
 
     @staticmethod
     def _take(end):
@@ -189,25 +301,271 @@ class MqttBroker:
         return kind, body
 
 
+def _power_after(data, key):
+    """The integer after key (bytes) in data, or None."""
+    at = data.find(key)
+    if at < 0:
+        return None
+    at += len(key)
+    end = at
+    while end < len(data) and (48 <= data[end] <= 57 or data[end] == 45):
+        end += 1
+    try:
+        return int(data[at:end])
+    except ValueError:
+        return None
+
+
+class Battery:
+    """A battery asking EM.GetStatus over UDP once a second. A telegram's latency ends with the first answer that
+    carries its power; it starts at its last byte, or at the first request sent after it (the battery's own
+    polling interval is not the firmware's time)."""
+
+    def __init__(self, clock, meter):
+        self.clock = clock
+        self.meter = meter
+        self.id = 0
+        self.answers = 0
+        self.asked = []            # (firmware mark of the request)
+        self.latency = Latencies()
+        self.timed = {}
+        socketpool.udp_listeners[("10.0.0.50", 40000)] = self._answer
+
+    def ask(self):
+        self.id += 1
+        req = ('{"id":%d,"method":"EM.GetStatus","params":{"id":0}}' % self.id).encode()
+        if socketpool.deliver_udp(SHELLY_UDP_PORT, req, ("10.0.0.50", 40000)):
+            self.asked.append(self.clock.mark())
+            self.asked = self.asked[-4:]
+
+    def _answer(self, data):
+        self.answers += 1
+        power = _power_after(data, b'"total_act_power":')
+        if power is None or power in self.timed:
+            return
+        sent = self.meter.sent.get(power)
+        if sent is None:
+            return
+        start = sent
+        for mark in self.asked:      # the first request after the telegram
+            if mark >= sent:
+                start = mark
+                break
+        self.timed[power] = True
+        if len(self.timed) > 64:
+            self.timed = {}
+        self.latency.add(self.clock.since(start))
+
+
+class SmaListener:
+    """An inverter listening to the SMA Energy Meter datagrams: times each against its telegram (1.4.0, 0.1 W)."""
+
+    def __init__(self, clock, meter):
+        self.clock = clock
+        self.meter = meter
+        self.datagrams = 0
+        self.latency = Latencies()
+        self.timed = {}
+        socketpool.udp_listeners[("239.12.255.254", 9522)] = self._datagram
+
+    def _datagram(self, data):
+        self.datagrams += 1
+        at = data.find(b"\x00\x01\x04\x00")
+        if at < 0:
+            return
+        v = data[at + 4:at + 8]
+        power = ((v[0] << 24) | (v[1] << 16) | (v[2] << 8) | v[3]) // 10
+        if power in self.timed:
+            return
+        sent = self.meter.sent.get(power)
+        if sent is None:
+            return
+        self.timed[power] = True
+        if len(self.timed) > 64:
+            self.timed = {}
+        self.latency.add(self.clock.since(sent))
+
+
+class NtpServer:
+    """The NTP server the firmware asks (getaddrinfo answers 10.0.0.2 for every name): the device clock from
+    2026-11-26 00:00 UTC, so the clock syncs and its socket is let go, as on a network with a time server."""
+
+    EPOCH = 1795651200          # 2026-11-26T00:00:00Z
+    NTP_DELTA = 2208988800
+
+    def __init__(self):
+        self.answers = 0
+        socketpool.udp_listeners[("10.0.0.2", 123)] = self.answer
+
+    def answer(self, request):
+        if len(request) < 48:
+            return None
+        self.answers += 1
+        secs = self.EPOCH + self.NTP_DELTA + _hostenv.sim_ms() // 1000
+        frac = (_hostenv.sim_ms() % 1000) * 4294967
+        stamp = bytes(((secs >> 24) & 255, (secs >> 16) & 255, (secs >> 8) & 255, secs & 255,
+                       (frac >> 24) & 255, (frac >> 16) & 255, (frac >> 8) & 255, frac & 255))
+        return bytes((0x24, 2, 6, 0xEC)) + bytes(20) + bytes(request[40:48]) + stamp + stamp
+
+
+class WsClient:
+    """Home Assistant's Shelly integration: one WebSocket on /rpc, Shelly.GetStatus every 2 s."""
+
+    KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+
+    def __init__(self):
+        self.end = None
+        self.open = False
+        self.answers = 0
+        self.id = 0
+
+    def connect(self):
+        self.end = socketpool.connect_to_listener(80)
+        self.open = False
+        if self.end is not None:
+            self.end.write(("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                            "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % self.KEY).encode())
+
+    def ask(self):
+        if self.end is None or self.end.peer.closed:
+            self.connect()
+            return
+        if not self.open:
+            return
+        self.id += 1
+        payload = ('{"id":%d,"src":"ha","method":"Shelly.GetStatus"}' % self.id).encode()
+        mask = b"\x01\x02\x03\x04"
+        masked = bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
+        self.end.write(bytes((0x81, 0x80 | len(payload))) + mask + masked)
+
+    def poll(self):
+        if self.end is None:
+            return
+        data = self.end.inbound
+        if not self.open:
+            at = data.find(b"\r\n\r\n")
+            if at >= 0 and data.startswith(b"HTTP/1.1 101"):
+                self.open = True
+                self.end.inbound = data[at + 4:]
+            return
+        while len(data) >= 2:
+            n = data[1] & 127
+            head = 2
+            if n == 126:
+                if len(data) < 4:
+                    return
+                n = (data[2] << 8) | data[3]
+                head = 4
+            if len(data) < head + n:
+                return
+            self.answers += 1
+            data = data[head + n:]
+        self.end.inbound = data
+
+
+def profile_module(mod, profile):
+    """Wrap mod.poll to add its count, microseconds and allocated bytes to profile[mod.name]."""
+    poll = mod.poll
+    entry = profile.setdefault(mod.name, [0, 0, 0, 0])   # polls, us, bytes, worst us
+
+    def timed_poll(now_ms):
+        _hostenv.pause()                 # the heap walks of gc.mem_alloc() are the bench's, not the firmware's
+        a = gc.mem_alloc()
+        _hostenv.resume()
+        t = benchclock.cpu_us()
+        try:
+            poll(now_ms)
+        finally:
+            spent = int(_hostenv.cpu_us_since(t) * _hostenv.factor)    # device us
+            _hostenv.pause()
+            entry[0] += 1
+            entry[1] += spent
+            grown = gc.mem_alloc() - a
+            _hostenv.resume()
+            if grown > 0:
+                entry[2] += grown
+            if spent > entry[3]:
+                entry[3] = spent
+
+    mod.poll = timed_poll
+
+
 def write_settings():
-    """The drive as a user who turned on every feature leaves it: WiFi, MQTT and Modbus on; with EMULATION also
-    both meter emulations (the Shelly with one UDP port, as docs/api.md's socket budget asks beside Modbus)."""
+    """The drive as a user who turned on every feature leaves it: WiFi, MQTT, Modbus, both meter emulations (the
+    Shelly with one UDP port, as docs/api.md's socket budget asks beside Modbus); the median filter off so each
+    reading carries its own telegram's power (the latencies are matched by it)."""
     doc = {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
-           "mqtt": {"enable": True, "host": "10.0.0.2", "port": 1883, "sendInterval": 5},
-           "modbus": {"enable": True, "port": 502, "model": 213}}
+           "mqtt": {"enable": True, "host": "10.0.0.2", "port": 1883, "sendInterval": 1},
+           "modbus": {"enable": True, "port": 502, "model": 213},
+           "medianFilterSize": 0}
     if EMULATION:
-        doc["emulation"] = {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0, "sma": True}
+        doc["emulation"] = {"shelly": True, "shellyUdpPort": SHELLY_UDP_PORT, "shellyUdpPort2": 0, "sma": True}
     with open("settings.json", "w") as f:
         json.dump(doc, f)
 
 
+class CpuTime:
+    """pystone_lowmem's utime: ticks_ms in this process's CPU time (benchclock), like the firmware's steps."""
+
+    @staticmethod
+    def ticks_ms():
+        return benchclock.cpu_us() // 1000
+
+    @staticmethod
+    def ticks_diff(a, b):
+        return (a - b) % ((1 << 30) // 1000)
+
+
+def pystone(loops=PYSTONE_LOOPS):
+    """pystones per second of this interpreter now (micropython-pystone_lowmem 3.4.2-4, imported before the
+    firmware's baseline so its code is not counted as the firmware's heap)."""
+    import pystone_lowmem
+
+    _, per_s = pystone_lowmem.pystones(loops)
+    return per_s
+
+
+class Schedule:
+    """Periodic client actions: (period ms, first at ms, action)."""
+
+    def __init__(self):
+        self.items = []
+
+    def every(self, period_ms, first_ms, action):
+        self.items.append([period_ms, first_ms, action])
+
+    def run(self, elapsed_ms):
+        for item in self.items:
+            if elapsed_ms >= item[1]:
+                item[1] += item[0]
+                if item[1] <= elapsed_ms:
+                    item[1] = elapsed_ms + item[0]
+                item[2]()
+
+
 def main():
     write_settings()
-    meter = SmlMeter()
+    clock = Clock()
+    clock.step_start = 0
+    meter = SmlMeter(clock)
     _hostenv.meter_source = meter
-    broker = MqttBroker()
+    broker = MqttBroker(clock, meter)
     socketpool.peers[1883] = broker.accept
-    result = {"mode": MODE, "seconds": SECONDS, "heap_total": gc.mem_free() + gc.mem_alloc()}
+    result = {"mode": MODE, "seconds": SECONDS}
+    samples = []
+    if "nopystone" not in FLAGS and MODE != "boot":
+        sys.modules["utime"] = CpuTime        # pystone_lowmem's import name of time
+        # Three runs on a clean heap, the median: pystone allocates, and in a heap the firmware has filled it would
+        # measure the collector, not the interpreter (the firmware's own collections are in its step times).
+        samples.extend(sorted(pystone() for _ in range(3)))
+        samples[:] = [samples[1]] + samples
+        # The device clock: the firmware's work takes (this interpreter's pystones / the S3's) as long as here.
+        _hostenv.factor = samples[0] / S3_PYSTONES
+    result["factor"] = _hostenv.factor
+    hist = array.array("H", bytes(2 * HIST_BUCKETS))   # cycle times, allocated before the baseline
+    big_cycles = []
+    gc_us = []
+    http_lat = {}
 
     with open("code.py") as f:
         source = f.read()
@@ -218,8 +576,12 @@ def main():
     # The stand-ins are C modules on the device: imported before the baseline, so no figure counts them.
     for name in stand_ins():
         __import__(name)
+    battery = Battery(clock, meter) if MODE == "run" else None
+    sma = SmaListener(clock, meter)
+    ntp = NtpServer()
     gc.collect()
     base = gc.mem_alloc()
+    result["heap_total"] = gc.mem_free() + gc.mem_alloc()
     t0 = _unix_time.ticks_ms()
     exec(source.replace(tail, "\n"), code_globals)   # imports, arms the watchdog, defines build() and run()
     feature_heap = {}
@@ -242,68 +604,147 @@ def main():
     sup = app.supervisor
     app.log.info("Meter Plus up, device %s", app.device_id)
 
-    held_min = held_max = None
+    # Every collection the supervisor makes, timed (on the device the same call is CircuitPython's gc.collect()).
+    real_collect = sup._gc_collect
+
+    def timed_collect():
+        t = _hostenv.device_us()
+        real_collect()
+        if Latencies.on:
+            gc_us.append(_hostenv.device_us() - t)
+        if len(gc_us) > 4000:
+            del gc_us[:2000]
+
+    if real_collect is not None:
+        sup._gc_collect = timed_collect
+    if "cpgc" in FLAGS:
+        sup.gc_alloc_budget = 0       # leave collecting to CircuitPython (when an allocation finds no room)
+    profile = {}
+    if "profile" in FLAGS:
+        # Each module's polls: count, time (us) and heap allocated (bytes; no collection runs inside a poll here
+        # as long as the heap has room). The wrapper's own cost is in the step times of a profiled run.
+        for slot in sup._slots:
+            profile_module(slot.module, profile)
+
+    held_min = held_max = peak = None
     statuses = {}
     clients = []
     modbus = ModbusClient()
-    next_http = _unix_time.ticks_add(_unix_time.ticks_ms(), 2000)
-    next_modbus = _unix_time.ticks_add(_unix_time.ticks_ms(), 2500)
-    path_i = 0
-    start = _unix_time.ticks_ms()
+    ws = WsClient()
+    sched = Schedule()
+    pending = []     # (path, kind) waiting for a free client place
+
+    def get(path, kind):
+        if len(pending) < 8:
+            pending.append((path, kind))
+
+    if MODE in ("run", "boot"):
+        sched.every(1000, 2000, lambda: get("/api/v1/system/alive", "alive"))
+        sched.every(1000, 2500, lambda: get("/api/v1/history/latest", "latest"))
+    if MODE == "run":
+        sched.every(4000, 3000, lambda: get("/api/v1/history/latest", "page_latest"))
+        sched.every(20000, 3200, lambda: get("/api/v1/system/info", "info"))
+        sched.every(300000, 3400, lambda: get("/api/v1/history/highRes?date=2026-01-01", "page_today"))
+        sched.every(15000, 5000, lambda: get("/metrics", "metrics"))
+        sched.every(1000, 2700, modbus.request)
+        sched.every(1000, 2300, battery.ask)
+        sched.every(2000, 4000, ws.ask)
+    start = _hostenv.sim_ms()
+    real_start = _unix_time.ticks_ms()
     cycles = 0
-    while _unix_time.ticks_diff(_unix_time.ticks_ms(), start) < SECONDS * 1000:
+    measured_cycles = 0
+    while True:
+        elapsed_ms = _hostenv.sim_ms() - start
+        if elapsed_ms >= (WARMUP_S + SECONDS) * 1000:
+            break
+        measuring = elapsed_ms >= WARMUP_S * 1000
+        Latencies.on = measuring
+        clock.step_start = clock.mark()
+        _hostenv.begin_step()
         sup.step()
+        spent = _hostenv.end_step()     # device us
         cycles += 1
+        if measuring:
+            measured_cycles += 1
+            b = spent // HIST_BUCKET_US
+            if b < HIST_BUCKETS:
+                hist[b] += 1
+            else:
+                big_cycles.append(spent)
+        # The peers' turn: none of this is the firmware's time.
+        meter.tick(_hostenv.sim_seconds())
         broker.poll()
         modbus.poll()
-        now = _unix_time.ticks_ms()
-        if len(clients) < 2 and _unix_time.ticks_diff(now, next_http) >= 0:
-            clients.append(HttpClient(HTTP_PATHS[path_i % len(HTTP_PATHS)]))
-            path_i += 1
-            next_http = _unix_time.ticks_add(now, HTTP_EVERY_MS)
-        if MODE == "run" and _unix_time.ticks_diff(now, next_modbus) >= 0:
-            modbus.request()
-            next_modbus = _unix_time.ticks_add(now, MODBUS_EVERY_MS)
+        ws.poll()
+        socketpool.pump_udp()
+        sched.run(elapsed_ms)
+        while pending and len(clients) < HTTP_CLIENTS:
+            path, kind = pending.pop(0)
+            clients.append(HttpClient(path, clock, kind))
         still = []
         for c in clients:
             if c.done():
                 key = "%s %d" % (c.path, c.status)
-                statuses[key] = statuses.get(key, 0) + 1
+                if Latencies.on or MODE == "boot":
+                    statuses[key] = statuses.get(key, 0) + 1
+                if c.status == 200 and c.kind:
+                    http_lat.setdefault(c.kind, Latencies()).add(clock.since(c.mark))
             else:
                 still.append(c)
         clients = still
-        if cycles > 200:   # after the start-up allocations: what the running firmware holds
-            held = gc.mem_alloc() - base   # the supervisor collected at the end of the step
-            if held_min is None or held < held_min:
-                held_min = held
-            if held_max is None or held > held_max:
-                held_max = held
-        _unix_time.sleep(IDLE_SLEEP_S)
+        if measuring:
+            alloc = gc.mem_alloc() - base
+            if peak is None or alloc > peak:
+                peak = alloc
+            if held_min is None or alloc < held_min:
+                held_min = alloc
+            if held_max is None or alloc > held_max:
+                held_max = alloc
+        _hostenv.advance(IDLE_SLEEP_MS * 1000)     # code.py's sleep: device time, no waiting here
         if MODE == "boot" and statuses.get("/api/v1/history/latest 200") and cycles > 200:
             break
-    elapsed = _unix_time.ticks_diff(_unix_time.ticks_ms(), start)
+    elapsed = _hostenv.sim_ms() - start - WARMUP_S * 1000
+    result["real_ms"] = _unix_time.ticks_diff(_unix_time.ticks_ms(), real_start)
     desc = sup.describe()
     import microcontroller
 
+    result["pystone_samples"] = samples
     result.update({
-        "cycles": cycles, "elapsed_ms": elapsed, "cycles_per_s": cycles * 1000 // max(1, elapsed),
-        "held_min": held_min, "held_max": held_max, "worst_cycle_ms": desc["worst_cycle_ms"],
+        "cycles": measured_cycles, "elapsed_ms": elapsed, "warmup_s": WARMUP_S,
+        "cycles_per_s": measured_cycles * 1000 // max(1, elapsed),
+        "cycle_hist": {"bucket_us": HIST_BUCKET_US, "counts": [[i, n] for i, n in enumerate(hist) if n],
+                       "over": sorted(big_cycles)},
+        "gc_us": sorted(gc_us), "gc_count": len(gc_us),
+        "idle_sleep_ms": IDLE_SLEEP_MS,
+        "latency": {k: v.items for k, v in http_lat.items()},
+        "held_min": held_min, "held_max": held_max, "peak_alloc": peak,
+        "worst_cycle_ms": desc["worst_cycle_ms"],
         "watchdog_longest_gap_ms": microcontroller.watchdog.longest_gap_ms,
         "worst_poll_ms": {name: m["worst_poll_ms"] for name, m in desc["modules"].items()},
         "module_states": {name: m["state"] for name, m in desc["modules"].items()},
-        "module_errors": {mod.name: str(mod.last_error) for mod in sup.modules()
-                          if getattr(mod, "last_error", None)},
+        "module_errors": {name: "%d faults, last: %s" % (m["faults"], m.get("last_error"))
+                          for name, m in desc["modules"].items() if m["faults"]},
         "http": statuses, "telegrams": meter.telegrams,
         "mqtt_connects": broker.connects, "mqtt_publishes": broker.publishes,
         "modbus_ok": modbus.ok, "modbus_bad": modbus.bad,
+        "udp_answers": battery.answers if battery else 0, "ws_answers": ws.answers, "sma_datagrams": sma.datagrams,
+        "ntp_answers": ntp.answers,
         "sockets_open": socketpool.open_count(),
+        "sockets": sorted("%s:%s" % ("udp" if x.type == 2 else "listen" if x._backlog is not None else "tcp",
+                                     x._port) for x in socketpool._open),
+        "socket_refusals": socketpool.refusals,
         # Parts that load only while in use (services/network/ble_on_demand.py, services/ota/service.py).
         "loaded": sorted(n for n in ("adafruit_ble", "drivers.ble_provision", "services.ota.signature",
                                      "services.ota.http_get", "services.ota.upload") if n in sys.modules),
         "features_off": app.features_off,
+        "profile": profile, "collections": sup.collections,
         "feature_heap": feature_heap,
         "log": log_lines(app)[-30:],
     })
+    result["latency"]["telegram_to_mqtt"] = broker.latency.items
+    result["latency"]["telegram_to_sma"] = sma.latency.items
+    if battery is not None:
+        result["latency"]["telegram_to_shelly_udp"] = battery.latency.items
     sup.stop_all()
     print("@@BENCH@@ " + json.dumps(result))
 

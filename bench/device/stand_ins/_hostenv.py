@@ -1,9 +1,8 @@
 """The host runtime's shared state (host/cp/_hostenv.py) for CircuitPython's unix port: same names, no CPython."""
 
-import time
+import benchclock
 
-speed = 1              # the device bench runs in real time
-_t0_ns = time.monotonic_ns()
+speed = 1
 meter_source = None    # object with read_available(now_s, uart) -> bytes, fed to the IR head UART
 state_dir = "."        # the simulated CIRCUITPY drive (the working directory)
 forced_free_heap = None
@@ -19,13 +18,69 @@ mdns_port = None
 reset_reason = None
 
 
+# The device's clock. The bench runs the firmware as an ESP32-S3 would: its own work takes `factor` times as long as
+# on this interpreter (runner.py sets it from pystone: bench pystones / the S3's; both timed in this process's CPU
+# time, bench/device/meterplus_s3/benchclock.c, so other processes on the machine do not count), the loop's sleeps
+# take as long as they say, and the peers' work takes no device time at all. runner.py brackets each supervisor step
+# with begin_step()/end_step() and adds each sleep with advance(); everything the firmware reads
+# (supervisor.ticks_ms, time.monotonic) is this clock.
+factor = 1.0
+_device_us = 0         # device time at the start of the current step (or now, between steps)
+_step_t0 = None        # the interpreter's ticks_us when the current step began; None between steps
+
+
+_CPU_WRAP = 1 << 30   # benchclock.cpu_us() wraps here (a small int)
+
+
+def cpu_us_since(t0):
+    """CPU microseconds of this process since benchclock.cpu_us() read t0."""
+    return (benchclock.cpu_us() - t0) % _CPU_WRAP
+
+
+def device_us():
+    """Microseconds of device time since the bench started."""
+    if _step_t0 is None:
+        return _device_us
+    return _device_us + int(cpu_us_since(_step_t0) * factor)
+
+
+def begin_step():
+    global _step_t0
+    _step_t0 = benchclock.cpu_us()
+
+
+def end_step():
+    """Close the current step; its device microseconds."""
+    global _device_us, _step_t0
+    now = device_us()
+    spent = now - _device_us
+    _device_us = now
+    _step_t0 = None
+    return spent
+
+
+def pause():
+    """Stop counting the step's CPU time (the bench's own measuring inside a step)."""
+    end_step()
+
+
+def resume():
+    begin_step()
+
+
+def advance(us):
+    """Device time that passes without work (the loop's sleep)."""
+    global _device_us
+    _device_us += us
+
+
 def sim_ms():
-    """Milliseconds since the bench started (an int: 30-bit floats cannot hold milliseconds for long)."""
-    return (time.monotonic_ns() - _t0_ns) // 1_000_000
+    """Milliseconds of device time since the bench started (an int: 30-bit floats cannot hold them for long)."""
+    return device_us() // 1000
 
 
 def sim_seconds():
-    """Seconds since the bench started."""
+    """Seconds of device time since the bench started."""
     return sim_ms() / 1000
 
 

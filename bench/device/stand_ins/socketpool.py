@@ -14,6 +14,11 @@ EISCONN_DEVICE = 127
 _open = []
 _listeners = {}    # port -> listening Socket (TCP)
 peers = {}         # port -> factory(end) for bench peers the firmware connects to (MQTT broker, ...)
+refusals = 0       # sockets the firmware asked for when all 8 were taken (socket() and accept())
+_udp = {}          # port -> bound UDP Socket of the firmware
+udp_listeners = {}  # (host, port) -> callback(data) for bench peers the firmware sends datagrams to
+_udp_out = []      # (address, data, source port) sent by the firmware, handed to udp_listeners by pump_udp()
+_ephemeral = 49152
 
 
 class End:
@@ -40,6 +45,26 @@ def pair():
     a, b = End(), End()
     a.peer, b.peer = b, a
     return a, b
+
+
+def deliver_udp(port, data, source):
+    """A bench peer's datagram to the firmware's UDP port; False when nothing is bound there."""
+    sock = _udp.get(port)
+    if sock is None:
+        return False
+    sock._datagrams.append((bytes(data), source))
+    return True
+
+
+def pump_udp():
+    """Hand the datagrams the firmware sent to the bench peers listening at their destinations."""
+    while _udp_out:
+        address, data, source_port = _udp_out.pop(0)
+        listener = udp_listeners.get((address[0], address[1]))
+        if listener is not None:
+            answer = listener(data)
+            if answer:                  # a peer that answers (NTP): back to the sender's port
+                deliver_udp(source_port, answer, (address[0], address[1]))
 
 
 def connect_to_listener(port):
@@ -82,6 +107,10 @@ class Socket:
 
     def bind(self, address):
         self._port = address[1]
+        if self.type == SocketPool.SOCK_DGRAM and self._port:
+            if self._port in _udp:
+                raise OSError(errno.EADDRINUSE)
+            _udp[self._port] = self
 
     def listen(self, backlog):
         if self._port in _listeners:
@@ -94,8 +123,10 @@ class Socket:
             self._would_block()
         end = self._backlog.pop(0)
         if len(_open) >= MAX_SOCKETS:
+            global refusals
+            refusals += 1
             end.close()
-            raise OSError(errno.ENFILE)
+            raise OSError(23, "Out of sockets")   # ENFILE (the port's errno module has no name for it)
         conn = Socket(self.family, self.type, 0)
         conn._end = end
         return conn, ("10.0.0.9", 50000 + len(_open))
@@ -140,7 +171,14 @@ class Socket:
         self.send(data)
 
     def sendto(self, data, address):
-        return len(data)     # no peer answers UDP on the bench (NTP, captive DNS answers go nowhere)
+        # Kept for a bench peer listening there (the battery, the SMA listener, NTP); the rest goes nowhere.
+        if self._port is None:          # an unbound socket gets an ephemeral port, so a peer can answer it
+            global _ephemeral
+            _ephemeral += 1
+            self.bind(("0.0.0.0", _ephemeral))
+        if (address[0], address[1]) in udp_listeners:
+            _udp_out.append((address, bytes(data), self._port))
+        return len(data)
 
     def recvfrom_into(self, buffer):
         if not self._datagrams:
@@ -156,6 +194,8 @@ class Socket:
             self._end.close()
         if self._backlog is not None and _listeners.get(self._port) is self:
             del _listeners[self._port]
+        if _udp.get(self._port) is self:
+            del _udp[self._port]
 
     def __enter__(self):
         return self
@@ -192,6 +232,8 @@ class SocketPool:
 
     def socket(self, family=2, type=1, proto=0):
         if len(_open) >= MAX_SOCKETS:
+            global refusals
+            refusals += 1
             raise RuntimeError("Out of sockets")
         return Socket(family, type, proto)
 

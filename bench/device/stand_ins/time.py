@@ -7,12 +7,17 @@ _rt = None   # the unix port's built-in time module, set by runner.py
 
 
 def monotonic():
-    """Seconds as a float: on the device a 30-bit float, which is why the firmware uses ticks instead."""
-    return _rt.ticks_ms() / 1000
+    """Seconds as a float (on the device a 30-bit float, which is why the firmware uses ticks instead), on the
+    bench's device clock (_hostenv)."""
+    import _hostenv
+
+    return _hostenv.sim_ms() / 1000
 
 
 def monotonic_ns():
-    return _rt.time_ns()
+    import _hostenv
+
+    return _hostenv.device_us() * 1000
 
 
 def time():
@@ -20,7 +25,10 @@ def time():
 
 
 def sleep(seconds):
-    _rt.sleep(seconds)
+    """Device time passes (the bench does not wait: its clock is the device's, see _hostenv)."""
+    import _hostenv
+
+    _hostenv.advance(int(seconds * 1000000))
 
 
 def gmtime(secs=None):
