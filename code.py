@@ -100,7 +100,7 @@ def build_core():
     app.http_port = int(env("METERPLUS_HTTP_PORT", 80))
     if WATCHDOG is None:
         log.warning("watchdog unavailable: %s", WATCHDOG_ERROR)
-    sup = Supervisor(ticks_ms, watchdog=WATCHDOG, gc_collect=gc.collect, log=log)
+    sup = Supervisor(ticks_ms, watchdog=WATCHDOG, gc_collect=gc.collect, log=log, mem_alloc=gc.mem_alloc)
     app.supervisor = sup
     sup.add(log.uptime)  # folds ticks into the uptime every cycle (entries, /system/info, logs stay wrap-safe)
     pixels = neopixel.NeoPixel(pin(env("METERPLUS_LED", "NEOPIXEL")), 1, brightness=0.3, auto_write=False)

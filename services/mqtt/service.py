@@ -83,6 +83,7 @@ class MqttService(Module):
     services.metering.energy_floor.EnergyFloor shared with the REST API (a private one when None)."""
 
     name = "mqtt"
+    poll_every_ms = 20      # the broker's bytes wait in the socket; a publish 20 ms later is not felt
     connect_timeout_ms = 5000  # TCP connect (non-blocking, checked every poll): SYNs unanswered this long -> retry
     connack_timeout_ms = 10000  # CONNECT sent (after the TLS handshake, if any) -> CONNACK
     keepalive_s = 60
