@@ -35,6 +35,7 @@ WATCHDOG, WATCHDOG_ERROR = arm_watchdog()
 
 from core.app import App
 from core.bus import Bus
+from core.heap import FreeHeap
 from core.log import Log
 from core.modules import unload
 from core.settings import Settings
@@ -92,7 +93,7 @@ def build_core():
     app = App(bus, settings, log)
     app.radio = wifi.radio
     app.device_id = device_id(wifi.radio)
-    app.mem_free = gc.mem_free
+    app.mem_free = FreeHeap(gc.mem_free, ticks_ms)   # read at most once a second
     app.boot_ticks = ticks_ms()
     app.reset_reason = str(microcontroller.cpu.reset_reason).split(".")[-1]
     app.env = env

@@ -393,3 +393,25 @@ def test_the_loader_holds_the_shelly_code_only_while_on():
     assert app.shelly_udp is None and app.pool.sockets[0].closed
     gone = ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames", "meter_view")
     assert not [n for n in sys.modules if n.split(".")[-1] in gone]          # the routes module stays: it is small
+
+
+def test_a_readings_answer_is_built_once_and_a_new_reading_is_answered_anew(monkeypatch):
+    """EM.GetStatus for the same reading (the battery, Home Assistant and HTTP all ask each second) is built once;
+    the next reading, or the same reading with other energies, is built again and says the new values."""
+    calls = []
+    real = shelly_rpc.em_status
+
+    def counting(v):
+        calls.append(v.ts_ms)
+        return real(v)
+
+    monkeypatch.setattr(shelly_rpc, "em_status", counting)
+    ident = Identity("024d50000001")
+    first = MeterView(1000, {"16.7.0": (500, 0), "1.8.0": (1000, 0)})
+    a = shelly_rpc.result("EM.GetStatus", {"id": 0}, first, ident)
+    b = shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(1000, {"16.7.0": (500, 0), "1.8.0": (1000, 0)}), ident)
+    assert a == b and calls == [1000]
+    c = shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(2000, {"16.7.0": (-250, 0), "1.8.0": (1000, 0)}), ident)
+    assert calls == [1000, 2000] and json.loads(c)["total_act_power"] == -250
+    d = shelly_rpc.result("EM.GetStatus", {"id": 0}, MeterView(2000, {"16.7.0": (-250, 0), "1.8.0": (1001, 0)}), ident)
+    assert calls == [1000, 2000, 2000] and d == c   # energies differ (a floor filter): built again
