@@ -25,7 +25,7 @@ VARIANT = os.path.join(REPO, "bench", "device", "meterplus_s3")
 CIRCUITPYTHON_TAG = "10.2.1"
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "meterplus")
 # The host stand-ins that run unchanged on CircuitPython's unix port; bench/device/stand_ins has the others.
-HOST_STAND_INS = ("board", "busio", "digitalio", "supervisor", "storage", "neopixel", "wifi", "_bleio",
+HOST_STAND_INS = ("board", "busio", "supervisor", "storage", "neopixel", "wifi", "_bleio",
                   "microcontroller")
 # Device libraries as requirements.txt names them, copied from the pinned host install.
 LIBRARIES = ("adafruit_ticks", "adafruit_httpserver", "adafruit_minimqtt", "adafruit_connection_manager",
@@ -578,10 +578,10 @@ def main(argv=()):
         prof = run_or_exit(binary, min(args.seconds, 30), "idle", flags=("profile",), **grown)
         rows = sorted(prof["profile"].items(), key=lambda kv: -kv[1][1])
         out["idle_profile"] = {name: {"polls": n, "s3_ms_per_poll": us / max(1, n) / 1000,
-                                      "bytes_per_poll": by / max(1, n)} for name, (n, us, by, _w) in rows}
+                                      "bytes_per_poll": by / max(1, n)} for name, (n, us, by, _w, _slow) in rows}
         print("  idle polls by module (S3 ms per poll at %d pystones/s, heap bytes per poll; the stand-ins of "
               "C modules are Python here and counted in):" % S3_PYSTONES)
-        for name, (n, us, by, _w) in rows:
+        for name, (n, us, by, _w, _slow) in rows:
             print("    %-14s %6d polls  %7.2f S3 ms/poll  %7.1f B/poll" % (name, n, us / max(1, n) / 1000,
                                                                           by / max(1, n)))
     if not args.no_bisect:

@@ -9,7 +9,7 @@ class Button(Module):
     """pin: anything with .value (False while pressed: the BOOT button pulls to ground); bus gets ("button", kind)."""
 
     name = "button"
-    poll_every_ms = 20     # debouncing needs tens of ms, not every cycle
+    poll_every_ms = 50     # debouncing needs tens of ms, not every cycle
     debounce_ms = 30
     hold_ms = 10000       # spec: factory reset after 10 s
     short_min_ms = 50     # shorter contacts are noise

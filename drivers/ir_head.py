@@ -23,7 +23,7 @@ class IrHead(Module):
     """
 
     name = "ir_head"
-    poll_every_ms = 20      # the UART buffer holds seconds of telegram (>= 2 KB at 960 B/s)
+    poll_every_ms = 50      # the UART buffer holds seconds of telegram (>= 2 KB at 960 B/s)
     FRAME_SIZE = 2048       # longest telegram accepted (captures reach 652 bytes)
     RAW_SIZE = 4096         # last bytes kept for /api/v1/logs/rawdump
     MAX_READ = 2048         # bytes per poll at most: 2 s of 9600 baud, keeps poll() bounded

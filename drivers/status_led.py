@@ -29,7 +29,7 @@ class StatusLed(Module):
     """pixels: anything indexable with show() (a neopixel.NeoPixel with auto_write=False)."""
 
     name = "led"
-    poll_every_ms = 20     # blinks are 100 ms and slower
+    poll_every_ms = 50     # blinks are 100 ms and slower
     pulse_period_ms = 2000
     dim_level = 40          # of 255: "dimmed"
     pulse_floor = 24        # a pulsing LED never goes fully dark, so it is not mistaken for off

@@ -466,7 +466,7 @@ class WsClient:
 def profile_module(mod, profile):
     """Wrap mod.poll to add its count, microseconds and allocated bytes to profile[mod.name]."""
     poll = mod.poll
-    entry = profile.setdefault(mod.name, [0, 0, 0, 0])   # polls, us, bytes, worst us
+    entry = profile.setdefault(mod.name, [0, 0, 0, 0, 0])   # polls, us, bytes, worst us, polls over 50 ms
 
     def timed_poll(now_ms):
         _hostenv.pause()                 # the heap walks of gc.mem_alloc() are the bench's, not the firmware's
@@ -486,6 +486,8 @@ def profile_module(mod, profile):
                 entry[2] += grown
             if spent > entry[3]:
                 entry[3] = spent
+            if spent > 50000:
+                entry[4] += 1
 
     mod.poll = timed_poll
 
@@ -663,7 +665,7 @@ def main():
         measuring = elapsed_ms >= WARMUP_S * 1000
         if measuring and not Latencies.on:
             for entry in profile.values():     # the profile too counts from the end of the warm-up
-                entry[:] = [0, 0, 0, 0]
+                entry[:] = [0, 0, 0, 0, 0]
         Latencies.on = measuring
         clock.step_start = clock.mark()
         _hostenv.begin_step()

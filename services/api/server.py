@@ -1,9 +1,11 @@
 """Hardened HTTP server on adafruit_httpserver 4.8.2: non-blocking per-connection state machine, deadlines, limits."""
 
 import errno
+import json
 
 import adafruit_httpserver
-from adafruit_httpserver import ChunkedResponse, Headers, Server
+from adafruit_httpserver import ChunkedResponse, Headers, JSONResponse, Redirect, Response, Server
+from adafruit_httpserver.mime_types import MIMETypes
 from adafruit_ticks import ticks_diff, ticks_ms
 
 from micropython import const
@@ -473,13 +475,53 @@ class HardenedServer(Server):
             c.streaming = response
         else:
             try:
-                response._send()
+                if not self._send_whole(response):
+                    response._send()
             except Exception as exc:
                 self._count("handler_errors")
                 if self._log is not None:
                     self._log.error("http response: %s %s", type(exc).__name__, exc)
                 c.out = bytearray()
                 self._render_error(c, 500, "Internal error")
+
+    @staticmethod
+    def _send_whole(response):
+        """Write a Response, Redirect or JSONResponse as the library's _send does (same status line, headers,
+        defaults and body), in one join; False for other kinds (files), which the library writes. The library's
+        _send_headers copies the headers by printing and parsing them again and builds the head by repeated
+        concatenation: ~0.2 ms per answer here, ~25 ms on an ESP32-S3."""
+        kind = type(response)
+        if kind is JSONResponse:
+            body = json.dumps(response._data)
+            content_type = "application/json"
+        elif kind is Response or kind is Redirect:
+            body = response._body
+            content_type = response._content_type
+        else:
+            return False
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        status = response._status
+        store = response._headers._storage
+        head = ["HTTP/1.1 %d %s\r\n" % (status.code, status.text)]
+        for name, values in store.items():   # names in lower case, as the library's copy sends them
+            for value in values:
+                if value is not None:
+                    head.append("%s: %s\r\n" % (name, value))
+        if "content-type" not in store:
+            head.append("content-type: %s\r\n" % (content_type or MIMETypes.DEFAULT))
+        if "content-length" not in store:
+            head.append("content-length: %d\r\n" % len(body))
+        if "connection" not in store:
+            head.append("connection: close\r\n")
+        for name, value in response._cookies.items():
+            head.append("set-cookie: %s=%s\r\n" % (name, value))
+        head.append("\r\n")
+        conn = response._request.connection
+        conn.send("".join(head).encode("utf-8"))
+        conn.send(body)
+        response._close_connection()
+        return True
 
     def _answer_error(self, c, code, message, now):
         """Queue an error answer produced by the server itself (before any handler ran)."""

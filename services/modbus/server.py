@@ -85,7 +85,7 @@ class ModbusServer(Module):
     """pool: socketpool.SocketPool; bus: core.bus.Bus; settings: core.settings.Settings; port_override wins."""
 
     name = "modbus"
-    poll_every_ms = 20      # energy managers ask every 1-5 s; 20 ms added is not felt
+    poll_every_ms = 50      # energy managers ask every 1-5 s; 50 ms added is not felt
     max_clients = 2
     idle_ms = 300000          # a client without a complete request for 5 minutes is closed
     shed_idle_ms = 60000      # at the limit, a newcomer takes the slot of the longest-idle client idle this long

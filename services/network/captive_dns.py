@@ -16,7 +16,7 @@ class CaptiveDns(Module):
     """
 
     name = "captive_dns"
-    poll_every_ms = 50     # a phone's DNS query waits in the socket
+    poll_every_ms = 100     # a phone's DNS query waits in the socket
     max_per_poll = 4          # datagrams answered per poll: bounded work, and a flood cannot starve the loop
     retry_ms = 5000           # after a failed bind or out of sockets
 

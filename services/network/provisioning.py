@@ -20,7 +20,7 @@ class ImprovProvisioning(Module):
     """
 
     name = "improv"
-    poll_every_ms = 50     # a phone's BLE writes wait in the characteristic
+    poll_every_ms = 100     # a phone's BLE writes wait in the characteristic
     window_ms = 5 * 60 * 1000     # BLE advertising after setup mode starts or a short press
     window_max_ms = 10 * 60 * 1000  # a connected phone extends the window to this, never further
     authorized_ms = 60 * 1000     # an authorization is good for this long (then a press is needed again)
