@@ -54,20 +54,42 @@ def parse_body(body):
 # that bind(0) hands out is free only at that instant, and any outgoing connection on the machine (a flood test,
 # a browser) may take it as its source port before the firmware starts listening on it.
 _PORTS = (20000, 32000)
+_given = set()      # ports this process handed out: free when checked, maybe not yet bound by whoever asked
+
+
+def port_range():
+    """The ports this process picks from: all of _PORTS, or under pytest-xdist (make test) worker N's own slice of
+    it, so that two workers never hand out the same port between its check and its bind (a firmware bound to
+    another worker's broker port, say)."""
+    lo, hi = _PORTS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        size = (hi - lo) // int(count)
+        lo += (int(worker[2:]) % int(count)) * size
+        hi = lo + size
+    return lo, hi
 
 
 def free_port():
-    """A port that is free for TCP and UDP on 127.0.0.1 now and that no outgoing connection will borrow."""
+    """A port that is free for TCP and UDP on 127.0.0.1 now, that no outgoing connection will borrow, and that this
+    process has not handed out before (two free_port() calls before either port is bound differ)."""
+    lo, hi = port_range()
+    if len(_given) > (hi - lo) // 2:
+        _given.clear()      # the early ones are long bound or closed again
     for _ in range(200):
-        port = random.randrange(*_PORTS)
+        port = random.randrange(lo, hi)
+        if port in _given:
+            continue
         try:
             for k in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
                 with socket.socket(socket.AF_INET, k) as s:
                     s.bind(("127.0.0.1", port))
         except OSError:
             continue
+        _given.add(port)
         return port
-    raise RuntimeError("no free port in %d-%d" % _PORTS)
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 def _ctrl_c_as_in_a_terminal():
@@ -97,6 +119,9 @@ class HostProcess:
         self.proc = None
 
     def start(self, timeout=60):
+        if os.environ.get("METERPLUS_TEST_RING") == "fast":      # make test-fast: the tests not marked slow
+            raise RuntimeError("%s starts the host runtime: mark it slow (pyproject.toml's markers), make test runs it"
+                               % os.environ.get("PYTEST_CURRENT_TEST", "this test").split(" ")[0])
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "host", *self.args], cwd=ROOT,
                                      stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_ctrl_c_as_in_a_terminal)
@@ -115,6 +140,11 @@ class HostProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError("host did not answer within %s s:\n%s" % (timeout, self.log()))
+
+    def wait_reading(self, timeout=60):
+        """Wait for the simulated meter's first telegram (/history/latest answers 200): alive comes before it, and
+        a test that expects a live meter from its first request would otherwise race the meter's start."""
+        return self.wait_for(lambda: self.get("/api/v1/history/latest")[0] == 200, timeout=timeout)
 
     def get(self, path, timeout=5, headers=None, retry_429_for=RETRY_429_FOR_S):
         """(status, parsed JSON or raw bytes, headers); a 429 is waited out (see http_request)."""
