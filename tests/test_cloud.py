@@ -253,6 +253,7 @@ def test_reading_line_is_exact():
     assert b"10000000000000.1" in line
 
 
+@pytest.mark.slow
 def test_pair_over_the_api_on_the_host_runtime(tmp_path, certs, monkeypatch):
     """POST stores the hash (never echoed), cloudIotEnabled connects over TLS to cloud.host, DELETE removes it."""
     server = TlsCloud(certs)

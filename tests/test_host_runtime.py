@@ -37,6 +37,7 @@ def host(tmp_path_factory):
     h.stop()
 
 
+@pytest.mark.slow
 def test_alive(host):
     status, body, headers = host.get("/api/v1/system/alive")
     assert status == 200
@@ -44,6 +45,7 @@ def test_alive(host):
     assert headers["Content-Type"].startswith("application/json")
 
 
+@pytest.mark.slow
 def test_latest_has_the_simulated_meters_values(host):
     def fresh():
         status, body, _h = host.get("/api/v1/history/latest")
@@ -57,23 +59,27 @@ def test_latest_has_the_simulated_meters_values(host):
     assert body["1.8.0"]["value"] > 0
 
 
+@pytest.mark.slow
 def test_drive_is_prepared(host):
     assert os.path.exists(os.path.join(host.state, "settings.toml"))
     assert os.path.islink(os.path.join(host.state, "web"))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_in_order(tmp_path):
     h = HostProcess(tmp_path / "drive").start()
     assert h.stop(signal.SIGTERM) == 0
     assert "host: stopped" in h.log()
 
 
+@pytest.mark.slow
 def test_sigint_stops_in_order(tmp_path):
     h = HostProcess(tmp_path / "drive").start()
     assert h.stop(signal.SIGINT) == 0
     assert "host: stopped" in h.log()
 
 
+@pytest.mark.slow
 def test_factory_reset_by_button_hold_restarts_in_process(tmp_path):
     h = HostProcess(tmp_path / "drive", args=["--speed", "20"], settings={"device_name": "Kitchen"}).start()
     try:
@@ -98,6 +104,7 @@ def _latest_values(h):
     return h.wait_for(fresh, timeout=30)
 
 
+@pytest.mark.slow
 def test_replayed_sml_capture_is_served_with_smllibs_values(tmp_path):
     from smllib import SmlStreamReader
 
@@ -120,6 +127,7 @@ def test_replayed_sml_capture_is_served_with_smllibs_values(tmp_path):
     assert abs(body["16.7.0"]["value"] - expected["16.7.0"]) < 1e-6
 
 
+@pytest.mark.slow
 def test_replayed_d0_capture_is_served_with_the_sources_values(tmp_path):
     path = os.path.join(CAPTURES, "d0-ebz-dd3-bz06-1.txt")
     h = HostProcess(tmp_path / "drive", args=["--meter", path]).start()
@@ -133,6 +141,7 @@ def test_replayed_d0_capture_is_served_with_the_sources_values(tmp_path):
     assert "2.8.0" not in body
 
 
+@pytest.mark.slow
 def test_silent_meter_is_stale_not_last_value_and_led_shows_error(tmp_path):
     # WiFi configured: a fresh drive would be in setup mode, where the LED shows BLE active over OK.
     h = HostProcess(tmp_path / "drive", settings={"wifi": {"primary": {"ssid": "HostNetwork",
@@ -163,6 +172,7 @@ def test_every_stretched_network_deadline_exists():
             assert isinstance(getattr(klass, attr), int), (module, cls, attr)
 
 
+@pytest.mark.slow
 def test_unsynced_clock_lists_zones_at_standard_time_and_says_so(tmp_path):
     h = HostProcess(tmp_path / "drive", args=["--ntp", "fail"]).start()
     try:

@@ -8,6 +8,8 @@ import requests
 
 from tests.hostproc import HostProcess
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, broker):

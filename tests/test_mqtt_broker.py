@@ -19,6 +19,8 @@ from services.mqtt import service as m
 from services.mqtt.ca_store import CaStore
 from tests.mqtt_peers import Broker, Subscriber, device_ssl, full_backlog_listener, make_ca
 
+pytestmark = pytest.mark.slow     # a mosquitto per test, restarted and black-holed under the service
+
 DEV = "024d50000001"
 PREFIX = "meterplus/" + DEV
 

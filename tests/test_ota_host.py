@@ -15,6 +15,8 @@ from tests import ota_powercut
 from tests.hostproc import HostProcess
 from tests.ota_server import UpdateServer, make_release, pubkey_file
 
+pytestmark = pytest.mark.slow
+
 SPEED = 60.0
 BROKEN = {"services/metering/pipeline.py": 'raise RuntimeError("0.3.0 is broken at boot")\n'}
 # Broken in a module code.py imports at its top, before build(): only a watchdog armed first restarts the chip.
