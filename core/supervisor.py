@@ -48,6 +48,8 @@ class Supervisor:
     gc_every = 1             # without mem_alloc: collect after every n-th cycle, at one fixed point
     gc_alloc_budget = 131072  # with mem_alloc: collect once this many bytes were allocated since the last one
     gc_check_every = 8       # cycles between looks at the heap
+    cycle_budget_ms = 50     # a cycle that has worked this long ends after the current poll; the modules not yet
+    #                          polled go first in the next one (the loop's sleep, WiFi and USB get their turn)
 
     def __init__(self, ticks_ms, watchdog=None, gc_collect=None, log=None, mem_alloc=None):
         self._ticks_ms = ticks_ms
@@ -56,6 +58,8 @@ class Supervisor:
         self._mem_alloc = mem_alloc
         self._alloc_after_gc = None
         self.collections = 0
+        self.cut_cycles = 0      # cycles ended by cycle_budget_ms before every module had its turn
+        self._resume = 0         # where the next cycle starts in the poll order
         self._log = log
         self._slots = []
         self.cycles = 0
@@ -118,9 +122,15 @@ class Supervisor:
                    slot.last_error)
 
     def step(self):
-        """One cycle: read the clock once, start or poll each module, feed the watchdog, collect garbage."""
+        """One cycle: read the clock once, start or poll each module (from where a cut cycle stopped, until the
+        cycle's budget is spent), feed the watchdog, collect garbage."""
         now = self._ticks_ms()
-        for slot in self._slots:
+        slots = self._slots
+        i = self._resume if self._resume < len(slots) else 0
+        self._resume = 0
+        while i < len(slots):
+            slot = slots[i]
+            i += 1
             if slot.phase == _DEAD:
                 continue
             if slot.due_at is not None and ticks_less(now, slot.due_at):
@@ -160,19 +170,24 @@ class Supervisor:
                 slot.faults = 0
                 if mod.state == WARN:
                     mod.state = OK
+            if i < len(slots) and ticks_diff(self._ticks_ms(), now) >= self.cycle_budget_ms:
+                self._resume = i   # the rest of this round goes first in the next cycle
+                self.cut_cycles += 1
+                break
         if self._watchdog is not None:
             self._watchdog.feed()
         self.cycles += 1
         if self._gc_collect is not None:
-            self._collect_garbage()
+            self._collect_garbage(ticks_diff(self._ticks_ms(), now) >= self.cycle_budget_ms)
         spent = ticks_diff(self._ticks_ms(), now)
         if spent > self.worst_cycle_ms:
             self.worst_cycle_ms = spent
         return now
 
-    def _collect_garbage(self):
+    def _collect_garbage(self, busy=False):
         """Collect now when the heap's budget of new allocations is spent (or every gc_every cycles without
-        mem_alloc); the cycle's end is the quiet moment: no module is half-way through its work."""
+        mem_alloc); the cycle's end is the quiet moment: no module is half-way through its work. After a busy
+        cycle (its budget spent) the collection waits for a lighter one, unless twice the budget was allocated."""
         if self._mem_alloc is None:
             if self.cycles % self.gc_every == 0:
                 self._gc_collect()
@@ -184,7 +199,8 @@ class Supervisor:
         if self._alloc_after_gc is None or used < self._alloc_after_gc:
             self._alloc_after_gc = used    # first look, or CircuitPython collected by itself meanwhile
             return
-        if used - self._alloc_after_gc >= self.gc_alloc_budget:
+        grown = used - self._alloc_after_gc
+        if grown >= self.gc_alloc_budget and (not busy or grown >= 2 * self.gc_alloc_budget):
             self._gc_collect()
             self.collections += 1
             self._alloc_after_gc = self._mem_alloc()
@@ -227,6 +243,7 @@ class Supervisor:
                 d["last_error"] = slot.last_error
             mods[slot.module.name] = d
         return {"cycles": self.cycles, "worst_cycle_ms": self.worst_cycle_ms, "collections": self.collections,
+                "cut_cycles": self.cut_cycles,
                 "state": self.state(), "modules": mods}
 
     def worst_poll_ms(self, name):

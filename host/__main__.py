@@ -378,7 +378,7 @@ def main(argv=None):
 # server). The firmware measures them on ticks, which run --speed times faster here, so they are stretched by the
 # same factor; everything else (meter staleness, history intervals) stays on simulated time on purpose.
 NETWORK_DEADLINES = (
-    ("core.supervisor", "Supervisor", ("warn_poll_ms",)),
+    ("core.supervisor", "Supervisor", ("warn_poll_ms", "cycle_budget_ms")),
     ("services.api.server", "HardenedServer", ("recv_deadline_ms", "send_deadline_ms", "drain_ms", "stall_ms",
                                                 "send_stall_ms")),
     ("services.mqtt.service", "MqttService", ("connect_timeout_ms", "connack_timeout_ms", "ping_every_ms",

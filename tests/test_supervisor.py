@@ -160,12 +160,33 @@ def test_module_that_cannot_start_is_failed_and_skipped_but_retried():
     assert ns.starts == 2
 
 
+def test_a_cycle_past_its_budget_ends_and_the_next_one_goes_on_where_it_stopped():
+    """cycle_budget_ms: after the poll that spends it, the cycle ends (watchdog fed, sleep taken); the modules not yet
+    polled go first in the next cycle, so a slow module delays the others by one cycle and starves none."""
+    clock = SteppedClock()
+    a, b, c = Slow(clock, 30), Slow(clock, 30), Slow(clock, 1)
+    b.name, c.name = "b", "c"
+    sup, clock, wd, _, _ = make(a, b, c, clock=clock)
+    sup.step()                       # a 30, b 30: 60 >= 50, c waits
+    assert (a.polls, b.polls, c.polls) == (1, 1, 0) and wd.feeds == 1
+    sup.step()                       # c first, then the round is done
+    assert (a.polls, b.polls, c.polls) == (1, 1, 1)
+    sup.step()
+    assert (a.polls, b.polls, c.polls) == (2, 2, 1)
+    assert sup.describe()["cut_cycles"] == 2
+    fast = [Slow(clock, 1) for _ in range(3)]
+    sup2, clock2, _, _, _ = make(*fast, clock=clock)
+    sup2.step()
+    assert [m.polls for m in fast] == [1, 1, 1] and sup2.describe()["cut_cycles"] == 0
+
+
 def test_slow_poll_is_timed_and_warned():
     clock = SteppedClock()
     slow = Slow(clock, 120)
     fast = Slow(clock, 3)
     fast.name = "fast"
     sup, clock, _, _, log = make(slow, fast, clock=clock)
+    sup.cycle_budget_ms = 1000       # every module each cycle (the budget has a test of its own)
     for _ in range(3):
         sup.step()
     d = sup.describe()
@@ -256,3 +277,43 @@ def test_an_essential_module_is_never_given_up_and_retries_at_least_every_minute
     clock.advance(60000)
     sup.step()
     assert http.state == OK and http.polls >= 1
+
+
+def test_garbage_is_collected_by_allocation_budget_at_a_light_cycles_end():
+    """With mem_alloc the supervisor collects once gc_alloc_budget bytes were allocated since the last collection
+    (looked at every gc_check_every cycles), never on an idle heap, and after a busy cycle only once twice the
+    budget piled up; a heap that shrank by itself (CircuitPython collected) is the new baseline."""
+    clock = SteppedClock()
+    heap = [100000]
+    gcs = []
+
+    def collect():
+        gcs.append(heap[0])
+        heap[0] = 100000
+
+    work = Slow(clock, 1)
+    sup = Supervisor(clock, gc_collect=collect, mem_alloc=lambda: heap[0])
+    sup.gc_check_every = 1
+    sup.add(work)
+    for _ in range(5):
+        sup.step()                                   # idle: nothing allocated, nothing collected
+    assert gcs == []
+    heap[0] += sup.gc_alloc_budget - 1
+    sup.step()
+    assert gcs == []
+    heap[0] += 1
+    sup.step()
+    assert gcs == [100000 + sup.gc_alloc_budget] and sup.collections == 1
+    work.cost_ms = sup.cycle_budget_ms               # busy cycles: the collection waits ...
+    heap[0] += sup.gc_alloc_budget
+    sup.step()
+    assert len(gcs) == 1
+    heap[0] += sup.gc_alloc_budget                  # ... until twice the budget piled up
+    sup.step()
+    assert len(gcs) == 2
+    work.cost_ms = 1
+    heap[0] = 50000                                  # CircuitPython collected by itself: a new baseline
+    sup.step()
+    heap[0] += sup.gc_alloc_budget - 1
+    sup.step()
+    assert len(gcs) == 2

@@ -622,6 +622,8 @@ def main():
     for flag in FLAGS:
         if flag.startswith("gcbudget="):
             sup.gc_alloc_budget = int(flag[9:])
+        if flag.startswith("cyclebudget="):
+            sup.cycle_budget_ms = int(flag[12:])
     if "cpgc" in FLAGS:
         sup.gc_alloc_budget = 0       # leave collecting to CircuitPython (when an allocation finds no room)
     profile = {}
