@@ -15,12 +15,15 @@ def start_host(tmp_path_factory, name, rate_limit=100000, settings=None, args=()
     return HostProcess(state, args=args, settings=settings).start()
 
 
-def host_fixture(name, **kwargs):
-    """A module-scoped fixture: start_host(name, **kwargs) for the module's tests, stopped after them."""
+def host_fixture(name, reading=False, **kwargs):
+    """A module-scoped fixture: start_host(name, **kwargs) for the module's tests, stopped after them; with
+    reading=True the simulated meter's first telegram is in before the first test (a live meter expected)."""
 
     @pytest.fixture(scope="module")
     def host(tmp_path_factory):
         h = start_host(tmp_path_factory, name, **kwargs)
+        if reading:
+            h.wait_reading()
         yield h
         h.stop()
 

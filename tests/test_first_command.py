@@ -176,7 +176,8 @@ def test_a_crash_restart_frees_the_crashed_firmwares_sockets(tmp_path):
     drive = tmp_path / "drive"
     drive.mkdir()
     (drive / "code.py").write_text(CRASH_AFTER_LISTENING)
-    shutil.copytree(os.path.join(ROOT, "meter"), drive / "meter")     # the runtime's simulated meter encodes with it
+    # the runtime's simulated meter encodes with it (no __pycache__: another test process may be writing a .pyc)
+    shutil.copytree(os.path.join(ROOT, "meter"), drive / "meter", ignore=shutil.ignore_patterns("__pycache__"))
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "host", "--app-on-drive", "--http-port", str(port),
                              "--state", str(drive)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -7,7 +7,7 @@ from tests.test_api_harness import host_fixture
 from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
 pytestmark = WEB_MARKS
-device = host_fixture("web-status")
+device = host_fixture("web-status", reading=True)   # the first test expects the meter chip live
 
 
 def _chip(page, name):
