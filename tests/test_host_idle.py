@@ -199,6 +199,7 @@ def _fresh(h):
     return body if status == 200 and body else None
 
 
+@pytest.mark.slow
 def test_a_stopped_host_at_speed_900_answers_with_a_fresh_reading_right_after(fast_host):
     """SIGSTOP for 1 s is 900 simulated seconds: the clock used to leap them at the next cycle, and /latest
     answered 204 (the reading 15 simulated minutes old). Now a cycle spans at most the step."""
@@ -212,6 +213,7 @@ def test_a_stopped_host_at_speed_900_answers_with_a_fresh_reading_right_after(fa
         assert status == 200 and body["1.8.0"]["value"] > 0, h.log()[-2000:]
 
 
+@pytest.mark.slow
 def test_an_idle_host_sleeps_between_cycles(tmp_path):
     """Factory state, no client: the device's loop runs ~200 cycles a second (5 ms sleeps); the host's sleeps until a
     socket, the meter's next telegram or its cap, so it runs far fewer (timers are polled every CAP_S at least)."""
