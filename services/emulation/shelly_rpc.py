@@ -140,7 +140,7 @@ def _id_param(params):
         raise RpcError(NOT_FOUND, "Component not found: %d" % cid)
 
 
-_built = {}    # function -> (the reading's key, its text): built once per reading, not per question
+_built = {}  # type: dict  # function -> (the reading's key, its text): built once per reading, not per question
 
 
 def once_per_reading(build, view):
