@@ -604,11 +604,14 @@ def main(argv=()):
     if args.frozen:
         frozen = build_frozen(source_tree(args.src), binary)
         fheap, fr = grown_heap(frozen, args.seconds, frozen=True, steps=(128, 256) + HEAP_STEPS_KB)
+        fidle = run_or_exit(frozen, min(args.seconds, 30), "idle", heap_kb=fheap, frozen=True)
         out["frozen"] = fr
+        out["frozen_figures"] = s3_figures(run=fr, idle=fidle)
         print("with the firmware and libraries frozen into the interpreter (their code out of the heap):")
         print("  heap after build()        %s" % kb(fr["after_build"]))
         print("  heap held while running   %s .. %s (heap %d KB)" % (kb(fr["held_min"]), kb(fr["held_max"]), fheap))
-        print("  collection worst          %.1f S3 ms" % (max(fr["gc_us"] or [0]) / 1000))
+        print("  ESP32-S3 ms at %d pystones/s (budgets of issue 25):" % S3_PYSTONES)
+        print(figures_line(out["frozen_figures"]))
         if not args.no_bisect:
             smallest = smallest_heap(frozen, lo=32, hi=1024, frozen=True)
             out["smallest_heap_kb_frozen"] = smallest

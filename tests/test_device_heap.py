@@ -32,8 +32,12 @@ def test_runs_on_circuitpython_with_traffic(circuitpython):
     assert rc == 0 and result, tail
     assert "FAILED" not in result["module_states"].values(), result["module_states"]
     assert result["module_errors"] == {}, result["module_errors"]
-    bad = {k: v for k, v in result["http"].items() if not k.endswith(" 200")}
+    # The standard load asks near the device-wide budget (25 requests / 10 s): a 429 now and then is the limit at
+    # work, anything else is not.
+    bad = {k: v for k, v in result["http"].items() if not k.endswith((" 200", " 429"))}
     assert not bad, bad
+    assert sum(v for k, v in result["http"].items() if k.endswith(" 200")) >= 30
+    assert result["udp_answers"] >= 15 and result["ws_answers"] >= 5 and result["sma_datagrams"] >= 15
     assert result["modbus_ok"] >= 10 and result["modbus_bad"] == 0
     assert result["mqtt_connects"] == 1 and result["mqtt_publishes"] > 0
     assert result["telegrams"] >= 19

@@ -747,7 +747,7 @@ def main():
         "loaded": sorted(n for n in ("adafruit_ble", "drivers.ble_provision", "services.ota.signature",
                                      "services.ota.http_get", "services.ota.upload") if n in sys.modules),
         "features_off": app.features_off,
-        "profile": profile, "collections": sup.collections,
+        "profile": profile, "collections": getattr(sup, "collections", None),
         "feature_heap": feature_heap,
         "log": log_lines(app)[-30:],
     })
