@@ -3,6 +3,7 @@
 import gc
 import os
 import sys
+import time
 
 import board
 import digitalio
@@ -133,9 +134,40 @@ def wire_feature(app, name, module_name):
     unload(module_name)   # a wiring entry runs once: its code need not stay in the heap
 
 
+def update_on_trial():
+    """True while a new version proves itself (boot.py's journal says "trial"): it may fail, boot.py rolls it back."""
+    try:
+        with open("ota/journal") as f:
+            return '"trial"' in f.read()
+    except OSError:
+        return False
+
+
+def heap_too_small(exc):
+    """Not even the core fits the heap (a board without PSRAM, README "Supported boards"): say so on the console
+    and stay, feeding the watchdog; a reset would fail the same way every 30 s for ever. A new version on trial is
+    let fail instead, so that boot.py rolls it back to the one that fitted."""
+    if update_on_trial():
+        raise exc
+    gc.collect()
+    try:
+        print("Meter Plus cannot start: the heap is too small (%s, %d bytes free). It needs an ESP32-S3 with "
+              "PSRAM, or the firmware frozen into the CircuitPython image." % (exc, gc.mem_free()))
+    except MemoryError:
+        pass
+    while True:
+        if WATCHDOG is not None:
+            WATCHDOG.feed()
+        time.sleep(1)
+
+
 def build():
-    """Construct every driver and service (allocation only) and register them with the supervisor."""
-    app = build_core()
+    """Construct every driver and service (allocation only) and register them with the supervisor; a feature that
+    does not fit stays off (wire_feature), a core that does not fit stops here without a restart loop."""
+    try:
+        app = build_core()
+    except MemoryError as exc:
+        heap_too_small(exc)
     for name, module_name in FEATURES:
         wire_feature(app, name, module_name)
     return app

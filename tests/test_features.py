@@ -115,3 +115,66 @@ def test_a_feature_out_of_memory_at_start_stays_off_and_the_rest_runs(tmp_path):
         assert h.log().count("Meter Plus up") == 1                 # no restart loop
     finally:
         h.stop()
+
+
+class _Stop(Exception):
+    """Ends the test's pass through code.py's endless wait."""
+
+
+def _code_py_namespace(monkeypatch, tmp_path):
+    """code.py's functions without its last line (run(build())), imported with the host stand-ins, cwd = a drive."""
+    monkeypatch.chdir(tmp_path)
+    with open(os.path.join(ROOT, "code.py"), encoding="utf-8") as f:
+        source = f.read()
+    assert source.count("\nrun(build())") == 1
+    namespace = {"__name__": "code_under_test"}
+    exec(compile(source.replace("\nrun(build())", "\n"), "code.py", "exec"), namespace)
+    return namespace
+
+
+class _Watchdog:
+    def __init__(self):
+        self.feeds = 0
+
+    def feed(self):
+        self.feeds += 1
+
+
+def test_a_core_that_does_not_fit_the_heap_stays_up_and_says_so_instead_of_a_restart_loop(monkeypatch, tmp_path,
+                                                                                           capsys):
+    """A board without PSRAM: build_core() runs out of memory. code.py must not end (the armed RESET watchdog would
+    restart the chip every 30 s for ever): it prints why and keeps feeding the watchdog."""
+    ns = _code_py_namespace(monkeypatch, tmp_path)
+    wd = _Watchdog()
+    sleeps = []
+
+    def sleep(s):
+        sleeps.append(s)
+        if len(sleeps) >= 3:
+            raise _Stop()
+
+    def no_room():
+        raise MemoryError("memory allocation failed, allocating 2048 bytes")
+
+    ns["WATCHDOG"] = wd
+    ns["build_core"] = no_room
+    monkeypatch.setattr(ns["time"], "sleep", sleep)
+    monkeypatch.setattr(ns["gc"], "mem_free", lambda: 151552, raising=False)   # CircuitPython's; the host's has none
+    with pytest.raises(_Stop):
+        ns["build"]()
+    assert wd.feeds == 3 and sleeps == [1, 1, 1]
+    out = capsys.readouterr().out
+    assert "heap is too small" in out and "151552 bytes free" in out and "PSRAM" in out
+
+
+def test_a_new_version_on_trial_that_does_not_fit_is_let_fail_so_boot_py_rolls_it_back(monkeypatch, tmp_path):
+    ns = _code_py_namespace(monkeypatch, tmp_path)
+    os.makedirs(tmp_path / "ota")
+    (tmp_path / "ota" / "journal").write_text('{"phase": "trial", "boots": 1}')
+
+    def no_room():
+        raise MemoryError("memory allocation failed")
+
+    ns["build_core"] = no_room
+    with pytest.raises(MemoryError):
+        ns["build"]()
