@@ -53,3 +53,12 @@ def test_boots_with_the_smallest_heap_the_readme_names(circuitpython):
 def test_a_heap_far_below_does_not_boot(circuitpython):
     # The check above can fail: 40 % less heap must not pass it.
     assert not bench_device.boots(circuitpython, readme_smallest_heap_kb() * 6 // 10)
+
+
+def test_a_heap_without_psram_boots_what_fits_and_keeps_running(circuitpython):
+    """~190 KB of heap (an S3 without PSRAM): code.py starts, every feature that does not fit stays off (named in
+    the log), and the loop runs on: no MemoryError ends code.py, so the RESET watchdog never restarts it in a loop."""
+    rc, result, tail = bench_device.run_firmware(circuitpython, 20, "tiny", heap_kb=192, flags=("nopystone",))
+    assert rc == 0 and result and result["cycles"] == 300, tail
+    assert "api" in result["features_off"] and "button" in result["running"]
+    assert "api off: out of memory at start" in tail

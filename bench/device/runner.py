@@ -767,8 +767,31 @@ def log_lines(app):
         return ["(log unreadable: %r)" % exc]
 
 
+def tiny():
+    """A heap too small for everything (a board without PSRAM): code.py as on the device, then the loop for a
+    while; the bench allocates next to nothing itself. Says which features are off and that the loop runs."""
+    write_settings()
+    with open("code.py") as f:
+        source = f.read()
+    code_globals = {"__name__": "__main__"}
+    exec(source.replace("\nrun(build())", "\n"), code_globals)
+    app = code_globals["build"]()
+    sup = app.supervisor
+    for _ in range(300):
+        _hostenv.begin_step()
+        sup.step()
+        _hostenv.end_step()
+        _hostenv.advance(IDLE_SLEEP_MS * 1000)
+    gc.collect()
+    print("@@BENCH@@ " + json.dumps({"mode": "tiny", "cycles": sup.cycles, "features_off": sorted(app.features_off),
+                                     "running": sorted(m.name for m in sup.modules())}))
+
+
 try:
-    main()
+    if MODE == "tiny":
+        tiny()
+    else:
+        main()
 except MemoryError as exc:
     print("@@BENCH@@ " + json.dumps({"memory_error": str(exc)}))
     sys.exit(4)
