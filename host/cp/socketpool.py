@@ -147,6 +147,12 @@ class Socket:
         self._sock.settimeout(value)
 
     def setsockopt(self, level, optname, value):
+        # IPPROTO_IP options by lwIP's numbers, as CircuitPython passes them through (IP_ADD_MEMBERSHIP 3 with an
+        # 8-byte ip_mreq, IP_MULTICAST_TTL 5 ...), mapped to this system's; other levels go through unchanged
+        if level == SocketPool.IPPROTO_IP:
+            if optname not in _LWIP_IP_OPTS:
+                raise OSError(errno.ENOPROTOOPT, "ENOPROTOOPT")
+            optname = _LWIP_IP_OPTS[optname]
         self._sock.setsockopt(level, optname, value)
 
     def __enter__(self):
@@ -180,7 +186,7 @@ class SocketPool:
     IPPROTO_UDP = 17
     IPPROTO_IPV6 = 41
     IPPROTO_RAW = 255
-    IP_MULTICAST_TTL = 33
+    IP_MULTICAST_TTL = 5    # lwIP's number, as on the device (shared-bindings/socketpool/enum.h)
 
     def __init__(self, radio):
         self.radio = radio
@@ -196,6 +202,18 @@ class SocketPool:
         except _socket.gaierror as exc:
             raise SocketPool.gaierror(SocketPool.EAI_NONAME, "Name or service not known") from exc
         return [(f, t, p, "", addr[:2]) for f, t, p, _c, addr in infos]
+
+
+# lwIP's IPPROTO_IP option numbers (lwip/sockets.h) -> this system's
+_LWIP_IP_OPTS = {
+    1: _socket.IP_TOS,
+    2: _socket.IP_TTL,
+    3: _socket.IP_ADD_MEMBERSHIP,
+    4: _socket.IP_DROP_MEMBERSHIP,
+    5: _socket.IP_MULTICAST_TTL,
+    6: _socket.IP_MULTICAST_IF,
+    7: _socket.IP_MULTICAST_LOOP,
+}
 
 
 def _note_activity():
