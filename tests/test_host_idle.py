@@ -116,6 +116,31 @@ def test_the_wait_ends_when_the_simulated_meter_has_a_telegram(no_meter):
     assert time.monotonic() - t0 < 30                    # not the cap
 
 
+def test_the_wait_ends_when_a_usb_head_sends(no_meter):
+    import os
+    import pty
+
+    from host.meter_source import SerialSource
+
+    master, slave = pty.openpty()           # a serial port whose other end is this test
+    src = SerialSource(os.ttyname(slave))
+    _hostenv.meter_source = src
+    timer = threading.Timer(0.2, os.write, (master, b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01"))
+    try:
+        w = _waiter(cap=60.0)
+        timer.start()
+        t0 = time.monotonic()
+        w.wait()
+        assert time.monotonic() - t0 < 30 and w.describe()["socket_wakes"] == 1
+        time.sleep(0.05)
+        assert src.read_available(0) == b"\x1b\x1b\x1b\x1b\x01\x01\x01\x01"
+    finally:
+        timer.join()
+        src.ser.close()
+        os.close(master)
+        os.close(slave)
+
+
 # ---------------------------------------------------------------- the bounded simulated clock
 
 
