@@ -49,7 +49,8 @@ def parse_args(argv):
     p.add_argument("--ntp", default="local", help="local (computer clock), HOST[:PORT], or fail")
     p.add_argument("--led", action="store_true", help="draw the status LED in the terminal")
     p.add_argument("--mdns-port", type=_port, default=0,
-                   help="answer DNS queries for the device's mDNS records on --bind:PORT (default off)")
+                   help="run the firmware's mDNS responder on --bind:PORT, answering DNS queries sent there "
+                        "(default off)")
     p.add_argument("--dns-port", type=_port, default=5300,
                    help="captive-portal DNS port while the access point is up (the device uses 53; default 5300)")
     p.add_argument("--no-ble", action="store_true", help="a board without BLE (4 MB S3): no Improv provisioning")
@@ -277,10 +278,6 @@ def main(argv=None):
     _hostenv.set_speed(args.speed)
     neopixel.show_in_terminal = args.led
     _hostenv.ble = not args.no_ble
-    if args.mdns_port:
-        import mdns  # noqa: E402
-
-        mdns.serve(args.mdns_port, args.bind)
     if args.ble_port and not args.no_ble:
         from host import ble_bridge  # noqa: E402
 
@@ -299,6 +296,9 @@ def main(argv=None):
         "METERPLUS_MODBUS_PORT": str(args.modbus_port),
         "METERPLUS_BIND": args.bind,
         "METERPLUS_DNS_PORT": str(args.dns_port),
+        # the firmware's own mDNS responder on --bind:PORT (unicast answers to the asker; 5353 joins 224.0.0.251),
+        # or 0: CircuitPython's mdns module only (the stand-in publishes nothing on the network)
+        "METERPLUS_MDNS_PORT": str(args.mdns_port),
         # The simulated access point's 192.168.4.1 does not exist here: phones' captive checks (and any client that
         # follows the redirect) are sent to this computer's own listener instead, never onto a real network.
         "METERPLUS_SETUP_URL": "http://%s:%d/" % (args.bind if args.bind != "0.0.0.0" else "127.0.0.1", args.http_port),

@@ -145,16 +145,25 @@ class MdnsResponder(Module):
     def start(self):
         if self._changed is not None:
             self._changed_was = self._changed()
-        sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
+        self._phase = _IDLE
+        self._addr_ms = None
+        self._ip = None
+        if self.fallback is not None:       # a restart after a fault: the system responder again
+            self.fallback.start()
+            return
+        try:
+            sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
+        except (OSError, RuntimeError) as exc:   # out of sockets is a RuntimeError on CircuitPython
+            self._use_fallback("no socket: %s" % exc)
+            return
         try:
             sock.setblocking(False)
             sock.bind((self.host, self.port))
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            self._use_fallback("bind to port %d failed: %s" % (self.port, exc))
+            return
         self._sock = sock
-        self._phase = _IDLE
-        self._addr_ms = None
         self.build()
 
     def _join(self, ip):
@@ -175,14 +184,12 @@ class MdnsResponder(Module):
             self._log.warning("mdns: %s, using the system responder (no TXT records)", reason)
         self._sock = close_quietly(self._sock)
         if self._fallback_fn is not None:
-            fb = self._fallback_fn()
-            fb.start()
-            self.fallback = fb
+            self.fallback = self._fallback_fn()
+            self.fallback.start()
 
     def stop(self):
         if self.fallback is not None:
-            self.fallback.stop()
-            self.fallback = None
+            self.fallback.stop()        # kept: start() after a restart goes back to it
             return
         if self._sock is not None and self.multicast and self._phase >= _ANNOUNCING:
             self._goodbye(self._records)

@@ -2,7 +2,8 @@
 
 Socket budget: the ESP32-S3 build has 8 sockets in the whole system. HTTP listen + 2 clients (3), Modbus listen
 + 2 clients (3, only when modbus.enable), MQTT (1), NTP (1, only during a query), captive DNS (1, only while the
-AP is up and the station is not joined). mDNS and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
+AP is up and the station is not joined), our mDNS responder (1, always; docs/api.md). CircuitPython's own mdns
+module (the fallback) and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
 """
 
 import ipaddress
@@ -15,20 +16,42 @@ from services.network import routes as network_routes
 from services.network.captive_dns import CaptiveDns
 
 
+def _station_address():
+    """The station's IPv4 as 4 bytes, None while it has none (what the mDNS A record says)."""
+    ip = wifi.radio.ipv4_address
+    return ip.packed if ip is not None else None
+
+
 def wire(app):
     """Register the WiFi manager, the mDNS advertiser (where the build has mdns) and the captive DNS."""
     sup, env = app.supervisor, app.env
     app.wifi = sup.add(WifiManager(wifi.radio, wifi.AuthMode, app.settings, app.reset_reason, app.device_id,
                                    ip_address=ipaddress.ip_address, log=app.log))
     app.wifi_scanner = app.wifi.scanner
+    shelly_on = lambda: app.emulation is not None and app.emulation.wanted("shelly")  # noqa: E731
     try:
         import mdns
 
         from services.network.mdns_service import MdnsAdvertiser
 
-        app.mdns = sup.add(MdnsAdvertiser(lambda: mdns.Server(wifi.radio), app.device_id, app.http_port,
-                                          shelly=lambda: app.emulation is not None and app.emulation.wanted("shelly")))
-    except ImportError:  # a build without mdns: the device is still reachable by its address
+        def system_mdns():
+            return MdnsAdvertiser(lambda: mdns.Server(wifi.radio), app.device_id, app.http_port, shelly=shelly_on)
+    except ImportError:  # a build without mdns: without our responder the device is reachable by its address only
+        system_mdns = None
+    port = int(env("METERPLUS_MDNS_PORT", 5353))   # 0: CircuitPython's responder only (the host runtime's default)
+    if port:
+        from core.version import VERSION
+        from services.network.mdns_responder import MdnsResponder, service_list
+
+        device_id, http_port = app.device_id, app.http_port
+        app.mdns = sup.add(MdnsResponder(
+            app.pool, _station_address, "meterplus-" + device_id,
+            lambda: service_list(device_id, http_port, VERSION, shelly_on()), changed=shelly_on,
+            host="0.0.0.0" if port == 5353 else env("METERPLUS_BIND", "0.0.0.0"), port=port,
+            fallback=system_mdns, log=app.log))
+    elif system_mdns is not None:
+        app.mdns = sup.add(system_mdns())
+    else:
         app.log.warning("mdns unavailable")
     app.captive_dns = sup.add(CaptiveDns(app.pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
                                          port=int(env("METERPLUS_DNS_PORT", 53)),
