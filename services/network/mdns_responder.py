@@ -226,6 +226,10 @@ class MdnsResponder(Module):
                 if exc.errno != errno.EAGAIN:
                     self.count("recv_errors")
                 break
+            if self._ip is None:       # asked before the periodic check saw the address: look now (the A record)
+                self._check_address(now_ms)
+                if self._sock is None:
+                    return
             try:
                 self._handle(n, addr, now_ms)
             except Exception:      # a packet never takes the responder down (fuzzed: this is a last net)

@@ -160,6 +160,8 @@ def routes(app):
             ("modbus", _section(app.modbus.describe()) if app.modbus is not None else []),
             ("ota", _ota_section(app.ota)),
             ("emulation", _emulation_section(app)),
+            # which mDNS responder runs (own, or system: CircuitPython's, without TXT) and why (fallback_reason)
+            ("mdns", _section(app.mdns.describe()) if getattr(app, "mdns", None) is not None else []),
         )
         return Response(request, info_json(sections), content_type="application/json")
 
