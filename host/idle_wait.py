@@ -13,11 +13,12 @@ class HostIdle:
     the host sleeps until the next thing due: a socket becomes readable (or writable after a full send buffer), the
     simulated meter's next telegram has arrived, CAP_S passed (the firmware's own timers), or a quarter of the
     watchdog's timeout. It does not wait at all after a cycle in which a socket moved data, nor while the simulated
-    clock is behind (--speed: see _hostenv.cycle()); for AWAKE_S after such activity it keeps the device's pace
-    (DEVICE_SLEEP_S), so work spread over polls without socket traffic (a signature check, a file hash) is not
-    slowed down. A socket that was ready at the last wait and that the firmware has not touched since (it has its
-    reasons: the API asks its listener every 10 ms, a full slot table) wakes nobody again: the loop polls again
-    after LEFT_ALONE_S instead.
+    clock is behind (--speed: see _hostenv.cycle()); for AWAKE_S after something came in (a request, a download)
+    or a cycle that took BUSY_CPU_S it keeps the device's pace (DEVICE_SLEEP_S), so work spread over polls without
+    socket traffic (a signature check, a file hash) is not slowed down; a periodic send (MQTT, a multicast) does
+    not keep the loop awake. A socket that was ready at the last wait and that the firmware has not touched since
+    (it has its reasons: the API asks its listener every 10 ms, a full slot table) wakes nobody again: the loop
+    polls again after LEFT_ALONE_S instead.
 
     watchdog: microcontroller.watchdog (timeout in real seconds, mode) or None; clock: the _hostenv module."""
 
@@ -35,6 +36,7 @@ class HostIdle:
         self.socket_wakes = 0    # sleeps ended early by a ready socket or the meter's port
         self.behind_cycles = 0   # cycles that started behind the nominal simulated clock
         self._activity = socketpool._activity
+        self._inbound = socketpool._inbound
         self._awake_until = 0.0
         self._behind = False
         self._ready = {}         # socket -> (reads, writes) when the last select() found it ready
@@ -66,8 +68,9 @@ class HostIdle:
         now = time.monotonic()
         cpu = time.thread_time()
         moved = socketpool._activity != self._activity
-        self._activity = socketpool._activity
-        if moved or cpu - self._cpu >= self.BUSY_CPU_S:
+        came_in = socketpool._inbound != self._inbound
+        self._activity, self._inbound = socketpool._activity, socketpool._inbound
+        if came_in or cpu - self._cpu >= self.BUSY_CPU_S:
             self._awake_until = now + self.AWAKE_S
         t = 0.0 if moved else self.timeout(now)
         if t > 0:

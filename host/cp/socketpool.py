@@ -6,9 +6,11 @@ import socket as _socket
 MAX_SOCKETS = 8  # the ESP32-S3 build of CircuitPython has 8 in the whole system
 _open = set()
 # For the host runtime's wait between loop cycles (host/idle_wait.py): how many calls moved data, accepted or
-# connected so far (a cycle that did any is no idle one), and per socket its descriptor (kept after the ssl
-# stand-in takes the socket over), how often the firmware tried to read it, and whether it waits to write.
+# connected so far (a cycle that did any is no idle one), how many of them brought something in (a request may
+# start work spread over the next polls), and per socket its descriptor (kept after the ssl stand-in takes the
+# socket over), how often the firmware tried to read and write it, and whether it waits to write.
 _activity = 0
+_inbound = 0
 
 ETIMEDOUT_DEVICE = 116  # lwIP's ETIMEDOUT; CPython would raise TimeoutError instead
 ENOTCONN_DEVICE = 128   # lwIP's ENOTCONN: a non-blocking recv from a closed peer, or a failed non-blocking connect
@@ -49,8 +51,10 @@ class Socket:
             raise OSError(errno.ECONNRESET, "ECONNRESET") from None
 
     def accept(self):
+        global _inbound
         self._reads += 1
         conn, addr = self._call(self._sock.accept)
+        _inbound += 1
         # Accepted sockets start blocking with no timeout on the device.
         conn.settimeout(None)
         if len(_open) >= MAX_SOCKETS:
@@ -108,16 +112,21 @@ class Socket:
         self._sock.close()
 
     def recv_into(self, buffer, bufsize=0):
+        global _inbound
         self._reads += 1
         n = bufsize or len(buffer)
         got = self._call(self._sock.recv_into, buffer, n)
+        _inbound += 1
         if got == 0 and n and self._timeout == 0:
             raise OSError(ENOTCONN_DEVICE, "ENOTCONN")
         return got
 
     def recvfrom_into(self, buffer):
+        global _inbound
         self._reads += 1
-        return self._call(self._sock.recvfrom_into, buffer)
+        out = self._call(self._sock.recvfrom_into, buffer)
+        _inbound += 1
+        return out
 
     def _send(self, fn, *args):
         self._writes += 1
@@ -216,9 +225,11 @@ _LWIP_IP_OPTS = {
 }
 
 
-def _note_activity():
-    global _activity
+def _note_activity(inbound=False):
+    global _activity, _inbound
     _activity += 1
+    if inbound:
+        _inbound += 1
 
 
 def open_count():

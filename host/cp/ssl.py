@@ -68,7 +68,7 @@ class _DeviceSSLSocket:
         self._raw._writes += 1
         try:
             out = fn(*args)
-            _socketpool._note_activity()
+            _socketpool._note_activity(inbound=True)   # records in or out: either may start work
             self._raw._want_write = False
             return out
         except (_real.SSLWantReadError, _real.SSLWantWriteError, BlockingIOError) as exc:
