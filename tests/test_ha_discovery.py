@@ -49,7 +49,7 @@ def test_every_table_code_gives_a_valid_ha_sensor_config(code):
     assert dev["identifiers"] == ["meterplus_" + DEV] and dev["name"] == "Keller \"Zähler\""
     assert dev["sw_version"] == "1.2.3" and dev["configuration_url"] == "http://10.0.0.5/"
     assert dev["manufacturer"] and dev["model"]
-    assert ha.config_topic("homeassistant", DEV, code) == "homeassistant/sensor/meterplus_%s/%s/config" % (
+    assert ha.config_topic("homeassistant", DEV, code) == "homeassistant/sensor/wattwaechter_%s/%s/config" % (
         DEV, obis.lookup(code)["key"])
 
 
@@ -66,7 +66,7 @@ def test_the_issue_sensors():
 def test_names_follow_the_language_ids_do_not():
     de, en = payload("1.8.0", "de"), payload("1.8.0", "en")
     assert de["name"] == "Bezug gesamt" and en["name"] == "Import total"
-    assert de["unique_id"] == en["unique_id"] == "meterplus_%s_import_total" % DEV
+    assert de["unique_id"] == en["unique_id"] == "wattwaechter_%s_import_total" % DEV
     ids = [payload(c)["unique_id"] for c in obis.CODES]
     assert len(set(ids)) == len(ids)
 

@@ -102,7 +102,7 @@ def test_topics_values_and_retained_discovery(broker, device):
     # A late subscriber (Home Assistant starting later) gets everything from the broker's retained store.
     late = Subscriber(broker.port, topics=("homeassistant/#", PREFIX + "/#"), client_id="late")
     wanted = {PREFIX + "/" + k for k in ("status", "meter", "import_total", "power")}
-    wanted |= {"homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k)
+    wanted |= {"homeassistant/sensor/wattwaechter_%s/%s/config" % (DEV, k)
                for k in ("import_total", "export_total", "power", "voltage_l1")}
     dev.run(until=lambda: wanted <= {m[0] for m in late.snapshot() if m[2]})
     dev.run(0.5)
@@ -112,13 +112,13 @@ def test_topics_values_and_retained_discovery(broker, device):
     assert got[PREFIX + "/import_total"] == (b"12345.6789", True)
     assert got[PREFIX + "/power"] == (b"-234.5", True)
     configs = {t: json.loads(p) for t, (p, r) in got.items() if t.startswith("homeassistant/") and r}
-    assert sorted(configs) == sorted("homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k)
+    assert sorted(configs) == sorted("homeassistant/sensor/wattwaechter_%s/%s/config" % (DEV, k)
                                      for k in ("import_total", "export_total", "power", "voltage_l1"))
-    imp = configs["homeassistant/sensor/meterplus_%s/import_total/config" % DEV]
+    imp = configs["homeassistant/sensor/wattwaechter_%s/import_total/config" % DEV]
     assert (imp["device_class"], imp["state_class"], imp["unit_of_measurement"]) == ("energy", "total_increasing",
                                                                                      "kWh")
     assert imp["state_topic"] == PREFIX + "/import_total" and imp["device"]["identifiers"] == ["meterplus_" + DEV]
-    volt = configs["homeassistant/sensor/meterplus_%s/voltage_l1/config" % DEV]
+    volt = configs["homeassistant/sensor/wattwaechter_%s/voltage_l1/config" % DEV]
     assert (volt["device_class"], volt["unit_of_measurement"]) == ("voltage", "V")
     # Home Assistant announces itself: every config is sent again.
     n = len(late.snapshot())

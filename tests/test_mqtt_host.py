@@ -102,22 +102,22 @@ def test_state_values_match_history_latest(host, sub):
 
 def test_discovery_configs_are_retained_with_ha_keys(host, broker, sub):
     wait_state(host, "CONNECTED")
-    wanted = {"homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k) for k in ("import_total", "power")}
+    wanted = {"homeassistant/sensor/wattwaechter_%s/%s/config" % (DEV, k) for k in ("import_total", "power")}
     for topic in wanted:  # published, so in the broker's retained store before the late subscriber comes
         sub.wait_for(lambda t, p, topic=topic: t == topic, timeout=30)
-    late = Subscriber(broker.port, topics=("homeassistant/sensor/meterplus_%s/+/config" % DEV,), client_id="late")
+    late = Subscriber(broker.port, topics=("homeassistant/sensor/wattwaechter_%s/+/config" % DEV,), client_id="late")
     try:
         host.wait_for(lambda: wanted <= {m[0] for m in late.snapshot() if m[2]}, timeout=30)
         configs = {m[0]: json.loads(m[1]) for m in late.snapshot() if m[2]}
     finally:
         late.close()
-    imp = configs["homeassistant/sensor/meterplus_%s/import_total/config" % DEV]
+    imp = configs["homeassistant/sensor/wattwaechter_%s/import_total/config" % DEV]
     assert (imp["device_class"], imp["state_class"], imp["unit_of_measurement"]) == ("energy", "total_increasing",
                                                                                      "kWh")
     assert imp["name"] == "Bezug gesamt"  # default language German
     assert imp["device"]["configuration_url"] == "http://127.0.0.1:%d/" % host.port
     assert imp["device"]["name"] == "Meter Plus" and imp["device"]["sw_version"]
-    power = configs["homeassistant/sensor/meterplus_%s/power/config" % DEV]
+    power = configs["homeassistant/sensor/wattwaechter_%s/power/config" % DEV]
     assert (power["device_class"], power["state_class"], power["unit_of_measurement"]) == ("power", "measurement",
                                                                                            "W")
 

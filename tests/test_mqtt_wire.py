@@ -278,8 +278,9 @@ def test_session_sequence_on_the_wire():
     r.step(polls=10)
     assert r.svc.conn_state == m.CONNECTED
     kinds = [h & 0xF0 for h, _ in packets(s.sent)]
-    # CONNECT, SUBSCRIBE homeassistant/status, SUBSCRIBE <prefix>/+ (retained totals), PINGREQ, UNSUBSCRIBE
-    assert kinds[:5] == [0x10, 0x80, 0x80, 0xC0, 0xA0]
+    # CONNECT, SUBSCRIBE homeassistant/status, SUBSCRIBE <prefix>/+ (retained totals), SUBSCRIBE the old
+    # discovery configs (issue 30: emptied when found), PINGREQ, UNSUBSCRIBE both
+    assert kinds[:7] == [0x10, 0x80, 0x80, 0x80, 0xC0, 0xA0, 0xA0]
     pubs = publishes(s.sent)
     topics = [p[0] for p in pubs]
     # Fresh values before the meter goes online, and the device's status online last of all.
@@ -291,8 +292,8 @@ def test_session_sequence_on_the_wire():
     assert vals[PREFIX + "/export_total"] == ("5.000", True)
     assert vals[PREFIX + "/power"] == ("-234.5", True)
     assert json.loads(vals[PREFIX + "/state"][0]) == {"import_total": 12345.6789, "export_total": 5.0, "power": -234.5}
-    cfg = json.loads(vals["homeassistant/sensor/meterplus_%s/import_total/config" % DEV][0])
-    assert cfg["unique_id"] == "meterplus_%s_import_total" % DEV and cfg["device"]["configuration_url"] == \
+    cfg = json.loads(vals["homeassistant/sensor/wattwaechter_%s/import_total/config" % DEV][0])
+    assert cfg["unique_id"] == "wattwaechter_%s_import_total" % DEV and cfg["device"]["configuration_url"] == \
         "http://10.0.0.5/"
     assert b"s3cret" not in json.dumps(r.svc.status()).encode()
 
@@ -626,8 +627,8 @@ print("@@", bytes(pool.s.sent).hex())
     # Same packets; the discovery JSON's key order may differ between the two interpreters' dicts.
     vm_pk, cp_pk = packets(vm_bytes), packets(bytes(r.pool.sock.sent))
     assert [h for h, _ in vm_pk] == [h for h, _ in cp_pk]
-    for (_h, a), (_, b) in zip(vm_pk, cp_pk):
-        if b"/config" in a[:80]:
+    for (h, a), (_, b) in zip(vm_pk, cp_pk):
+        if h & 0xF0 == 0x30 and b"/config" in a[:80]:     # a discovery config (not the old configs' SUBSCRIBE)
             tl = (a[0] << 8) | a[1]
             assert a[:2 + tl] == b[:2 + tl] and json.loads(a[2 + tl:]) == json.loads(b[2 + tl:])
         else:
@@ -642,7 +643,9 @@ def test_retained_totals_from_an_earlier_boot_raise_the_floor():
     r.connack()
     r.step(polls=10)
     kinds = [h for h, _ in packets(r.pool.sock.sent)]
-    assert kinds == [0x10, 0x82, 0x82, 0xC0]  # CONNECT, SUBSCRIBE birth, SUBSCRIBE <prefix>/+, PINGREQ: nothing else
+    # CONNECT, SUBSCRIBE birth, SUBSCRIBE <prefix>/+, SUBSCRIBE the old discovery configs (issue 30), PINGREQ:
+    # nothing else
+    assert kinds == [0x10, 0x82, 0x82, 0x82, 0xC0]
     wild = (PREFIX + "/+").encode()
     assert packets(r.pool.sock.sent)[2][1] == b"\x00\x02" + bytes((0, len(wild))) + wild + b"\x00"
     # The broker answers with what it retained from the last boot, then the PINGRESP.
@@ -651,7 +654,7 @@ def test_retained_totals_from_an_earlier_boot_raise_the_floor():
     r.pool.sock.inbox += publish_packet(PREFIX + "/state", "{}", True)
     r.pool.sock.inbox += b"\xd0\x00"
     r.step(polls=10)
-    assert packets(r.pool.sock.sent)[4] == (0xA2, b"\x00\x03" + bytes((0, len(wild))) + wild)
+    assert packets(r.pool.sock.sent)[5] == (0xA2, b"\x00\x04" + bytes((0, len(wild))) + wild)
     pubs = publishes(r.pool.sock.sent)
     assert [p for t, p, _ in pubs if t == PREFIX + "/import_total"] == []
     assert [p for t, p, _ in pubs if t == PREFIX + "/export_total"] == ["0.300"]

@@ -13,8 +13,19 @@ OFFLINE = "offline"
 
 
 def node_id(device_id):
-    """The discovery node id and the HA device identifier: stable per device."""
+    """The Home Assistant device identifier: stable per device (kept through the unique_id change of issue 30, so
+    the device, its area and its name stay)."""
     return "meterplus_" + device_id
+
+
+def entity_node(device_id):
+    """The discovery topics' node id and the sensors' unique_id prefix: wattwaechter_<device id>.
+
+    The WattWächter integration recognises entities of its device by a unique_id starting with
+    wattwaechter_<id>_ or WWP-<id>_ and then does not add the device a second time. We take wattwaechter_: it is
+    the integration's own domain, lower case like every other id here, and does not pose as a WattWächter Plus
+    serial (WWP- is that hardware's device-id prefix)."""
+    return "wattwaechter_" + device_id
 
 
 def default_client_id(device_id):
@@ -28,9 +39,13 @@ def default_prefix(device_id):
 
 
 def unique_id(device_id, code):
-    """Stable unique_id of a sensor: device id and the OBIS key, never the language-dependent name."""
-    i = obis.slot(code)
-    return "%s_%s" % (node_id(device_id), obis.ROWS[i][1] if i >= 0 else code.replace(".", "_"))
+    """Stable unique_id of a sensor: wattwaechter_<id>_ and the OBIS key, never the language-dependent name."""
+    return "%s_%s" % (entity_node(device_id), key(code))
+
+
+def old_unique_id(device_id, code):
+    """The unique_id before issue 30 (meterplus_<id>_<key>): its discovery configs are removed once (migration)."""
+    return "%s_%s" % (node_id(device_id), key(code))
 
 
 def key(code):
@@ -68,8 +83,21 @@ def meter_topic(prefix):
 
 
 def config_topic(discovery_prefix, device_id, code):
-    """<discovery_prefix>/sensor/<node_id>/<key>/config."""
-    return "%s/sensor/%s/%s/config" % (discovery_prefix, node_id(device_id), key(code))
+    """<discovery_prefix>/sensor/wattwaechter_<id>/<key>/config."""
+    return "%s/sensor/%s/%s/config" % (discovery_prefix, entity_node(device_id), key(code))
+
+
+def old_config_filter(discovery_prefix, device_id):
+    """The retained discovery configs of the old unique_ids (<discovery_prefix>/sensor/meterplus_<id>/+/config):
+    read back at connect; each one found is emptied, which makes Home Assistant remove that entity before the
+    new one (same device, same name, so the same entity_id and its history) is announced."""
+    return "%s/sensor/%s/+/config" % (discovery_prefix, node_id(device_id))
+
+
+def is_old_config(topic, discovery_prefix, device_id):
+    """Whether topic is one of the old discovery config topics (old_config_filter)."""
+    head = "%s/sensor/%s/" % (discovery_prefix, node_id(device_id))
+    return topic.startswith(head) and topic.endswith("/config") and "/" not in topic[len(head):-7]
 
 
 def birth_topic(discovery_prefix):

@@ -95,6 +95,7 @@ class MqttService(Module):
     stable_ms = 60000          # connected this long: the next failure starts the backoff from the beginning
     msgs_per_poll = 6          # packets built per poll (each costs a few string joins)
     queue_max = 64             # a telemetry round is skipped while more messages than this wait
+    migrate_hold_ms = 3000     # after emptying old discovery configs, before the new ones (HA removes entities async)
 
     def __init__(self, pool, bus, settings, device_id, ssl_context=None, ca_store=None, web_url=None, log=None,
                  rand=os.urandom, energy_floor=None, clock=None):
@@ -112,6 +113,7 @@ class MqttService(Module):
         self._settings_ring = bus.subscribe("settings", 4)
         self.floor = energy_floor if energy_floor is not None else EnergyFloor()
         self.codes_seen = []        # codes the meter has sent: announced on every connection, kept across them
+        self._old_checked = False   # a session since the start looked for old discovery configs (issue 30)
         self._cfg = None
         self._mq = None             # client.HardenedMQTT of the current configuration
         self._ssl_ctx = None
@@ -133,6 +135,8 @@ class MqttService(Module):
         self._out_since = None      # when the outbox last made progress while non-empty
         # ("pub", topic, payload, retain) | ("disc", code) | ("sub", topic) | ("unsub", topic) | ("ping",)
         self._queue = []
+        self._removed_old = 0        # old discovery configs emptied this session (issue 30 migration)
+        self._old_looked = False     # this session subscribed to the old discovery configs
         self._tcp_phase = False     # CONNECTING: TCP connect still going on (else waiting for the CONNACK)
         self._deadline = 0
         self._ping_at = 0
@@ -342,8 +346,14 @@ class MqttService(Module):
         mq = self._mq
         n = 0
         while self._queue and not mq.pending() and n < self.msgs_per_poll:
-            item = self._queue.pop(0)
+            item = self._queue[0]
             kind = item[0]
+            if kind == "hold":
+                if ticks_less(now, item[1]):
+                    break
+                self._queue.pop(0)
+                continue
+            self._queue.pop(0)
             try:
                 if kind == "pub":
                     mq.publish(item[1], item[2], item[3])
@@ -455,6 +465,12 @@ class MqttService(Module):
             self._queue.append(("pub", ha.meter_topic(cfg.prefix), ha.OFFLINE, True))
         self._queue.append(("sub", ha.birth_topic(cfg.discovery)))
         self._queue.append(("sub", cfg.prefix + "/+"))
+        # discovery configs of the old unique_ids still retained at the broker: emptied while seeding (issue 30);
+        # looked for on the first connection after a start only (once emptied, the broker holds none any more)
+        self._old_looked = not self._old_checked
+        if self._old_looked:
+            self._queue.append(("sub", ha.old_config_filter(cfg.discovery, self.device_id)))
+        self._removed_old = 0
         self._queue.append(("ping",))
         self._ping_sent = now
         self._seeding = True
@@ -469,6 +485,13 @@ class MqttService(Module):
         cfg = self._cfg
         self._seeding = False
         self._queue.append(("unsub", cfg.prefix + "/+"))
+        if self._old_looked:
+            self._queue.append(("unsub", ha.old_config_filter(cfg.discovery, self.device_id)))
+            self._old_checked = True
+        if self._removed_old:
+            # Home Assistant removes the old entities first (their entity_ids fall free), then the new ones,
+            # same device and name, get those entity_ids back and with them the history
+            self._queue.append(("hold", ticks_add(self._now, self.migrate_hold_ms)))
         for code in self.codes_seen:
             self._announced.append(code)
             self._queue.append(("disc", code))
@@ -480,6 +503,11 @@ class MqttService(Module):
             self._note("warning", "mqtt: broker refused the subscription to %s", topic)
 
     def _on_message(self, client, topic, payload):
+        if self._seeding and payload and ha.is_old_config(topic, self._cfg.discovery, self.device_id):
+            self._queue.append(("pub", topic, "", True))     # an empty retained config: HA removes the entity
+            self._removed_old += 1
+            self.count("old_ids_removed")
+            return
         if self._seeding:
             head = self._cfg.prefix + "/"
             if topic.startswith(head):
