@@ -239,9 +239,9 @@ class MdnsResponder(Module):
 
     def _check_address(self, now_ms):
         ip = self._address()
-        ip = bytes(ip) if ip is not None else None
         if ip == self._ip:
             return
+        ip = bytes(ip) if ip is not None else None
         if self._ip is not None and ip is None and self.multicast and self._phase >= _ANNOUNCING:
             self._goodbye(self._records)
         self._ip = ip
