@@ -460,3 +460,14 @@ def test_a_flood_of_conflicts_slows_probing_but_never_stops_the_responder():
     assert not sock.sent
     t = run_until_running(r, sock, t)
     assert len(sent_to(sock, GROUP)) == 5             # then three probes and two announcements
+
+
+def test_off_port_5353_it_joins_nothing_and_answers_every_asker_directly():
+    r, sock, _ = make(port=5999)
+    r.poll(0)
+    assert sock.bound == ("0.0.0.0", 5999) and not sock.opts and not sock.sent     # no join, no probes
+    sock.inbox.append((query(HOST, "A"), PEER))                       # even an mDNS querier on port 5353
+    r.poll(100)
+    ((data, addr),) = sock.sent
+    m = parse(data)
+    assert addr == PEER and m.question and m.answer[0][0].address == "192.168.1.50" and m.answer[0].ttl == 10

@@ -392,7 +392,7 @@ class MdnsResponder(Module):
         for i in range(len(want)):
             want[i] = 0
         self._wanted = 0
-        legacy = addr[1] != MDNS_PORT
+        legacy = addr[1] != MDNS_PORT or not self.multicast
         qu = False
         pos = _HEADER
         asked = self._asked
@@ -432,7 +432,7 @@ class MdnsResponder(Module):
                         want[j] = 2
         if self._phase != _RUNNING and self._phase != _ANNOUNCING and self.multicast:
             return                  # not ours to answer until the probes are through
-        if legacy:
+        if legacy or not self.multicast:   # off port 5353 (the host's --mdns-port) every answer goes to the asker
             self._answer_legacy(buf, n, addr)
             return
         if qu and self._answer_unicast(n, addr, now_ms):
