@@ -1,6 +1,10 @@
 """Run inside a fresh network namespace (`unshare -n`): our mDNS responder on 224.0.0.251:5353 over loopback, and
 python-zeroconf (Home Assistant's library) and aioshelly's discovery looking for it. Prints one JSON document.
 
+`mdns_netns.py` runs the responder module in this process; `mdns_netns.py host` runs the whole firmware as
+`python -m host --mdns-port 5353 --bind 0.0.0.0` (joined to the simulated home WiFi, the Shelly emulation on) and
+switches the emulation off through the settings API.
+
 Used by tests/test_mdns_zeroconf.py; nothing here touches the machine's real network (the namespace has only lo).
 """
 
@@ -52,7 +56,7 @@ def start_responder(shelly_on, stop):
     return r, emu, th
 
 
-async def browse(result, emu):
+async def browse(result, switch_off, port):
     from aioshelly.zeroconf import async_discover_devices
     from zeroconf import ServiceStateChange
     from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
@@ -77,6 +81,9 @@ async def browse(result, emu):
         for name in names:
             info = AsyncServiceInfo(t, name)
             ok = await info.async_request(aiozc.zeroconf, 3000)
+            while ok and not info.properties and time.monotonic() < deadline + 5:   # TXT still on its way
+                await asyncio.sleep(0.2)
+                ok = await info.async_request(aiozc.zeroconf, 3000)
             resolved[name] = {
                 "ok": bool(ok), "port": info.port, "server": info.server,
                 "addresses": info.parsed_addresses(),
@@ -87,8 +94,8 @@ async def browse(result, emu):
     shelly = await async_discover_devices(aiozc, timeout=3.0)
     result["aioshelly"] = sorted((i.name, i.parsed_addresses()[0], i.port) for i in shelly)
     # the Shelly emulation switched off: a goodbye takes its services out of the browsers' view
-    emu.on = False
-    deadline = time.monotonic() + 6
+    switch_off()
+    deadline = time.monotonic() + 8
     while time.monotonic() < deadline and len(removed) < 2:
         await asyncio.sleep(0.1)
     result["removed"] = sorted(removed)
@@ -99,17 +106,48 @@ async def browse(result, emu):
 
 def main():
     loopback_multicast()
+    if sys.argv[1:] == ["host"]:
+        return main_host()
     stop = threading.Event()
     r, emu, th = start_responder(True, stop)
     time.sleep(3)    # probed and announced before anyone listens: what the browsers learn, they must ask for
     result = {}
+
+    def switch_off():
+        emu.on = False
+
     try:
-        asyncio.run(browse(result, emu))
+        asyncio.run(browse(result, switch_off, 8080))
     finally:
         stop.set()
         th.join(5)
     result["counters"] = r.counters
     result["hostname"] = r.fqdn()
+    print(json.dumps(result, sort_keys=True))
+
+
+def main_host():
+    import tempfile
+
+    from tests.hostproc import HostProcess
+
+    drive = tempfile.mkdtemp(prefix="mdns-netns-")
+    h = HostProcess(drive, args=["--mdns-port", "5353", "--bind", "0.0.0.0"], settings={
+        "wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
+        "emulation": {"shelly": True, "shellyUdpPort": 0, "shellyUdpPort2": 0}}).start()
+    result = {"http_port": h.port}
+    try:
+        time.sleep(3)
+
+        def switch_off():
+            h.post("/api/v1/settings", {"emulation": {"shelly": False}})
+
+        asyncio.run(browse(result, switch_off, h.port))
+        status, info, _ = h.get("/api/v1/system/info")
+        result["counters"] = {e["name"]: e["value"] for e in info["mdns"]}
+        result["hostname"] = result["counters"]["hostname"]
+    finally:
+        h.stop()
     print(json.dumps(result, sort_keys=True))
 
 

@@ -27,14 +27,19 @@ def _netns_ok():
     return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
 
 
-@pytest.fixture(scope="module")
-def seen():
+# "module": the responder alone in the test's namespace; "host": the whole firmware as python -m host --mdns-port 5353
+# (joined to the simulated WiFi, the Shelly emulation switched off through the settings API)
+@pytest.fixture(scope="module", params=["module", pytest.param("host", marks=pytest.mark.slow)])
+def seen(request):
     if not _netns_ok():
         pytest.skip("needs unshare -n (a network namespace) for multicast on loopback")
-    out = subprocess.run(["unshare", "-n", sys.executable, os.path.join(ROOT, "tests", "mdns_netns.py")],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    args = ["host"] if request.param == "host" else []
+    out = subprocess.run(["unshare", "-n", sys.executable, os.path.join(ROOT, "tests", "mdns_netns.py"), *args],
+                         capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    doc["port"] = doc.get("http_port", 8080)
+    return doc
 
 
 def wattwaechter_zeroconf_step(info):
@@ -82,7 +87,8 @@ def test_zeroconf_resolves_every_service_with_its_txt(seen):
     res = seen["resolved"]
     assert set(res) == {HTTP, WW, SHELLY, SHELLY_HTTP}
     for info in res.values():
-        assert info["ok"] and info["port"] == 8080 and info["server"] == HOST and info["addresses"] == ["127.0.0.1"]
+        assert info["ok"] and info["port"] == seen["port"] and info["server"] == HOST
+        assert info["addresses"] == ["127.0.0.1"]
     assert res[HTTP]["properties"] == {"path": "/"}
     assert res[WW]["properties"] == {"id": DEV, "model": "MeterPlus", "ver": "0.1.0"}
 
@@ -104,7 +110,7 @@ def test_the_shelly_record_is_matched_as_a_gen2_shelly_pro_3em(seen):
     assert not ha_shelly_matches("_http._tcp.local.", HTTP)
     assert mac_address_from_name(SHELLY) == DEV.upper()
     # aioshelly's own discovery (aioshelly.zeroconf.async_discover_devices) over the browsers' cache
-    assert seen["aioshelly"] == [[SHELLY, "127.0.0.1", 8080]]
+    assert seen["aioshelly"] == [[SHELLY, "127.0.0.1", seen["port"]]]
 
 
 def test_switching_the_emulation_off_removes_the_shelly_services(seen):
