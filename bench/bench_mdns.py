@@ -67,9 +67,9 @@ QUERIES = {
     # a QU question for the host name: unicast A answer
     "a_qu": ("000000000001000000000000" "166d65746572706c75732d303234643530303030303031056c6f63616c0000018001",
              5353),
-    # a plain DNS resolver asking the TXT record (legacy unicast: the question repeated, TTL 10)
-    "txt_legacy": ("123400000001000000000000" "106d6574657270"
-                   "6c75732d3030303030310d5f776174747761656368746572045f746370056c6f63616c0000100001", 40000),
+    # a plain DNS resolver asking the SRV record (legacy unicast: the question repeated, TTL 10)
+    "srv_legacy": ("123400000001000000000000" "106d6574657270"
+                   "6c75732d3030303030310d5f776174747761656368746572045f746370056c6f63616c0000210001", 40000),
     # a question for someone else's name: parsed and dropped
     "not_ours": ("000000000001000000000000" "056f74686572056c6f63616c0000010001", 5353),
 }

@@ -171,7 +171,8 @@ def test_probes_three_times_then_announces_twice_with_cache_flush_on_unique_reco
     ptr = got[("_wattwaechter._tcp.local.", "PTR")]
     assert ptr[0].ttl == 4500 and got[(HOST, "A")][0].ttl == 120
     txt = got[(INST + "._wattwaechter._tcp.local.", "TXT")][0][0]
-    assert [s.decode() for s in txt.strings] == ["id=" + DEV, "model=MeterPlus", "ver=0.1.0"]
+    assert [s.decode() for s in txt.strings] == ["id=" + DEV, "model=MeterPlus", "ver=0.1.0",
+                                                 "mac=02:4D:50:00:00:01"]
     assert ("_services._dns-sd._udp.local.", "PTR") in got
 
 
@@ -217,7 +218,7 @@ def test_a_legacy_query_gets_its_id_and_question_back_ttl_10_and_no_cache_flush(
     r, sock, _ = make()
     t = run_until_running(r, sock)
     sock.sent.clear()
-    q = query(INST + "._wattwaechter._tcp.local.", "TXT", qid=0x1234)
+    q = query(INST + "._wattwaechter._tcp.local.", "SRV", qid=0x1234)
     sock.inbox.append((q, LEGACY))
     r.poll(t + 1500)
     ((data, addr),) = sock.sent
@@ -225,7 +226,24 @@ def test_a_legacy_query_gets_its_id_and_question_back_ttl_10_and_no_cache_flush(
     m = parse(data)
     assert m.id == 0x1234 and m.question[0].name.to_text() == INST + "._wattwaechter._tcp.local."
     assert m.answer[0].ttl == 10 and m.answer[0].rdclass == dns.rdataclass.IN   # no cache-flush bit
-    assert dns.message.from_wire(q).id == m.id and len(data) <= 2 * len(q)
+    assert m.answer[0][0].port == 80 and len(data) <= 2 * len(q)
+
+
+def test_a_legacy_answer_that_would_be_over_twice_the_query_is_cut_and_says_so():
+    r, sock, _ = make()
+    t = run_until_running(r, sock)
+    sock.sent.clear()
+    plain = query(INST + "._wattwaechter._tcp.local.", "TXT", qid=1)          # 59 B; the TXT answer: 134 B
+    sock.inbox.append((plain, LEGACY))
+    r.poll(t + 100)
+    m = parse(sock.sent[-1][0])
+    assert m.flags & dns.flags.TC and not m.answer and len(sock.sent[-1][0]) <= 2 * len(plain)
+    padded = legacy_query(INST + "._wattwaechter._tcp.local.", "TXT", pad=128)
+    sock.inbox.append((padded, LEGACY))
+    r.poll(t + 200)
+    m = parse(sock.sent[-1][0])
+    assert not m.flags & dns.flags.TC and "mac=02:4D:50:00:00:01" in [s.decode() for s in m.answer[0][0].strings]
+    assert len(sock.sent[-1][0]) <= 2 * len(padded)
 
 
 def test_known_answers_with_half_the_ttl_left_are_suppressed():
@@ -433,10 +451,11 @@ def test_every_legacy_question_for_our_names_fits_in_twice_its_size():
                 worst = max(worst, len(data) / len(q))
                 whole = m.answer and not m.flags & dns.flags.TC
                 matching = [x for x in r.records() if x.name == wire_name and qtype in (x.rtype, 255)]
-                own = len(matching) == 1 and b"shelly" not in matching[0].name + matching[0].rdata
+                own = (len(matching) == 1 and b"shelly" not in matching[0].name + matching[0].rdata
+                       and matching[0].rtype != dns.rdatatype.TXT)
                 if pad or own:
-                    # each of Meter Plus' own records fits a plain query; several answers, the Shelly's long names
-                    # and TXT need a query padded to half their size (EDNS0 padding, RFC 7830)
+                    # each of Meter Plus' own records but the TXT fits a plain query; several answers, the TXT
+                    # records and the Shelly's long names need a query padded to half their size (RFC 7830)
                     assert whole, (text, qtype, pad)
                 else:
                     assert whole or m.flags & dns.flags.TC, (text, qtype)

@@ -90,13 +90,13 @@ def test_zeroconf_resolves_every_service_with_its_txt(seen):
         assert info["ok"] and info["port"] == seen["port"] and info["server"] == HOST
         assert info["addresses"] == ["127.0.0.1"]
     assert res[HTTP]["properties"] == {"path": "/"}
-    assert res[WW]["properties"] == {"id": DEV, "model": "MeterPlus", "ver": "0.1.0"}
+    assert res[WW]["properties"] == {"id": DEV, "model": "MeterPlus", "ver": "0.1.0", "mac": "02:4D:50:00:00:01"}
 
 
 def test_a_wattwaechter_zeroconf_flow_gets_the_device_id(seen):
     flow = wattwaechter_zeroconf_step(seen["resolved"][WW])
     assert flow["type"] == "form" and flow["unique_id"] == DEV and flow["host"] == "127.0.0.1"
-    assert flow["model"] == "MeterPlus" and flow["firmware"] == "0.1.0"
+    assert flow["model"] == "MeterPlus" and flow["firmware"] == "0.1.0" and flow["mac"] == "02:4D:50:00:00:01"
     # what CircuitPython's responder gave it: no TXT at all
     assert wattwaechter_zeroconf_step({"properties": {}, "addresses": ["127.0.0.1"], "port": 80}) == \
         {"type": "abort", "reason": "no_device_id"}

@@ -617,18 +617,17 @@ class MdnsResponder(Module):
 
 def service_list(device_id, port, version, shelly_on, shelly_ident=None):
     """What Meter Plus advertises: the web interface (_http._tcp), the API for the WattWächter integration
-    (_wattwaechter._tcp with the TXT keys its zeroconf step reads: id, model, ver) and, while the Shelly emulation is
-    on, a Shelly Pro 3EM (_shelly._tcp and _http._tcp under shellypro3em-<id> with Gen2 TXT keys).
-
-    No "mac" key: the id is the MAC's 12 hex digits already, and with it a plain DNS query for this TXT record
-    (legacy unicast, the question repeated) would be answered with 2.1x its size: over the 2x we allow.
+    (_wattwaechter._tcp with the TXT keys its zeroconf step reads: id, model, ver, mac as AA:BB:CC:DD:EE:FF, the
+    form /system/info gives) and, while the Shelly emulation is on, a Shelly Pro 3EM (_shelly._tcp and _http._tcp
+    under shellypro3em-<id> with Gen2 TXT keys).
     """
     # The instance name carries the id's last 6 digits (as CircuitPython's cpy-xxxxxx): a plain DNS query for
     # _http._tcp is 34 bytes, and its answer fits twice that only with an instance name of at most 19 characters.
     inst = "meterplus-" + device_id[-6:]
+    mac = ":".join(device_id[i:i + 2] for i in range(0, 12, 2)).upper()
     out = [
         (inst, "_http._tcp", port, ["path=/"]),
-        (inst, "_wattwaechter._tcp", port, ["id=" + device_id, "model=MeterPlus", "ver=" + version]),
+        (inst, "_wattwaechter._tcp", port, ["id=" + device_id, "model=MeterPlus", "ver=" + version, "mac=" + mac]),
     ]
     if shelly_on:
         if shelly_ident is None:
