@@ -22,6 +22,7 @@ from services.network.mdns_wire import (
     encode_name,
     encode_txt,
     name_equals,
+    name_hash,
     skip_name,
 )
 
@@ -404,10 +405,11 @@ class MdnsResponder(Module):
                 return
             qtype = (buf[end] << 8) | buf[end + 1]
             qclass = (buf[end + 2] << 8) | buf[end + 3]
-            if (qclass & 0x7FFF) in (CLASS_IN, TYPE_ANY):
+            h = name_hash(buf, n, pos)
+            if (qclass & 0x7FFF) in (CLASS_IN, TYPE_ANY) and h >= 0:
                 for i in range(len(recs)):
                     r = recs[i]
-                    if (qtype == r.rtype or qtype == TYPE_ANY) and name_equals(buf, n, pos, r.name):
+                    if r.hash == h and (qtype == r.rtype or qtype == TYPE_ANY) and name_equals(buf, n, pos, r.name):
                         if want[i] == 0:
                             self._wanted += 1
                         want[i] = 1
@@ -454,10 +456,11 @@ class MdnsResponder(Module):
             if data + rdlen > n:
                 self.count("bad_packets")
                 return -1
+            h = name_hash(buf, n, pos)
             for i in range(len(recs)):
                 r = recs[i]
-                if (want[i] and r.rtype == rtype and 2 * ttl >= r.ttl and name_equals(buf, n, pos, r.name)
-                        and r.rdata_equals(buf, n, data, rdlen)):
+                if (want[i] and r.hash == h and r.rtype == rtype and 2 * ttl >= r.ttl
+                        and name_equals(buf, n, pos, r.name) and r.rdata_equals(buf, n, data, rdlen)):
                     want[i] = 0
                     self._wanted -= 1
                     self.count("known_answers")
@@ -476,8 +479,9 @@ class MdnsResponder(Module):
             data = end + 10
             if data + rdlen > n:
                 return
+            h = name_hash(buf, n, pos)
             for r in self._records:
-                if r.unique and r.rtype == rtype and name_equals(buf, n, pos, r.name):
+                if r.unique and r.hash == h and r.rtype == rtype and name_equals(buf, n, pos, r.name):
                     if r.name_at < 0 and compare_bytes(buf, data, data + rdlen, r.rdata) > 0:
                         self.count("probe_deferred")
                         self._phase = _PROBING
@@ -507,9 +511,10 @@ class MdnsResponder(Module):
             data = end + 10
             if data + rdlen > n:
                 return
-            if rclass == CLASS_IN and ttl:
+            h = name_hash(buf, n, pos) if rclass == CLASS_IN and ttl else -1
+            if h >= 0:
                 for r in self._records:
-                    if not r.unique or not name_equals(buf, n, pos, r.name):
+                    if not r.unique or r.hash != h or not name_equals(buf, n, pos, r.name):
                         continue
                     # probing: any record with our name is a conflict; later: the same type with other data
                     if self._phase == _PROBING or (r.rtype == rtype and not r.rdata_equals(buf, n, data, rdlen)):
