@@ -26,6 +26,7 @@ class HostIdle:
     DEVICE_SLEEP_S = 0.005   # the device's own pause between cycles (core/idle.py)
     LEFT_ALONE_S = 0.002     # a ready socket the firmware leaves for now (the API asks its listener every 10 ms)
     AWAKE_S = 1.0            # device pace for this long after the last activity
+    METER_LATE_S = 0.2       # device pace for this long while a telegram that arrived waits to be read
     BUSY_CPU_S = 0.003       # a cycle that took this much CPU did work, as activity does
 
     def __init__(self, watchdog=None, clock=_hostenv):
@@ -54,8 +55,11 @@ class HostIdle:
         due = due() if due is not None else None
         if due is not None:
             left = (due - self.clock.sim_seconds()) / self.clock.speed
-            if left > 0 or due != self._due:   # a due time nobody read since (no UART polled yet) wakes no one
+            if left > 0 or due != self._due:
                 t = min(t, max(0.0, left))
+            elif left > -self.METER_LATE_S:    # arrived, not read yet: the IR head polls every 50 ms (simulated)
+                t = min(t, self.DEVICE_SLEEP_S)
+            # else: nobody reads the UART (the meter feature off or failed): it wakes no one
         self._due = due
         wd = self.watchdog
         if wd is not None and wd.mode is not None and wd.timeout > 0:
