@@ -490,3 +490,52 @@ def test_off_port_5353_it_joins_nothing_and_answers_every_asker_directly():
     ((data, addr),) = sock.sent
     m = parse(data)
     assert addr == PEER and m.question and m.answer[0][0].address == "192.168.1.50" and m.answer[0].ttl == 10
+
+
+def test_the_socket_budget_decides_between_our_socket_and_the_system_responder_and_follows_the_settings():
+    """Every feature on (Modbus, both emulations, MQTT) may hold the device's 8 sockets: our responder then takes
+    none (the HTTP API keeps its way in) and CircuitPython's answers; once a feature goes off, ours comes back."""
+    events = []
+
+    class Fallback:
+        def start(self):
+            events.append("start")
+
+        def poll(self, now_ms):
+            events.append("poll")
+
+        def stop(self):
+            events.append("stop")
+
+    verdict = ["socket budget: 8 of 8"]
+    pool = FakePool()
+    r = MdnsResponder(pool, lambda: IP, "meterplus-" + DEV, lambda: service_list(DEV, 80, "0.1.0", False),
+                      fallback=Fallback, budget=lambda: verdict[0])
+    r.start()
+    assert pool.socks == [] and events == ["start"]
+    d = r.describe()
+    assert d["responder"] == "system" and d["fallback_reason"].startswith("socket budget")
+    r.poll(0)
+    verdict[0] = None                       # a feature went off
+    r.poll(1000)                            # not looked at yet (every address_every_ms)
+    assert pool.socks == []
+    r.poll(r.address_every_ms + 10)
+    assert len(pool.socks) == 1 and "stop" in events and r.describe()["responder"] == "own"
+    verdict[0] = "socket budget: again"
+    r.poll(2 * r.address_every_ms + 20)
+    assert pool.socks[0].closed and r.describe()["responder"] == "system"
+
+
+def test_the_budget_counts_what_the_features_on_may_hold():
+    from services.network.wiring import mdns_budget
+
+    class S(dict):
+        def get(self, key, default=None):
+            return dict.get(self, key, default)
+
+    assert mdns_budget(S({"mqtt.enable": True})) is None
+    assert mdns_budget(S({"mqtt.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010})) is None
+    full = S({"mqtt.enable": True, "modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+              "emulation.sma": True})
+    assert "socket budget" in mdns_budget(full)
+    assert "socket budget" in mdns_budget(S({"mqtt.enable": True, "modbus.enable": True}))

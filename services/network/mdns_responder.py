@@ -6,7 +6,7 @@ import errno
 from adafruit_ticks import ticks_diff
 from micropython import const
 
-from core.module import WARN, Module
+from core.module import OK, WARN, Module
 from core.sockets import close_quietly
 from services.network.mdns_wire import (
     CACHE_FLUSH,
@@ -64,8 +64,10 @@ class MdnsResponder(Module):
     conflict_burst = 15          # RFC 6762 8.1: more conflicts than this within 10 s, and probing waits 5 s
 
     def __init__(self, pool, address, hostname, services, changed=None, host="0.0.0.0", port=MDNS_PORT,
-                 fallback=None, log=None):
+                 fallback=None, log=None, budget=None):
         Module.__init__(self)
+        self._budget = budget        # callable -> None while our socket fits the device's 8, else why not
+        self._budget_was = None
         self._pool = pool
         self._address = address
         self.base = hostname
@@ -152,6 +154,12 @@ class MdnsResponder(Module):
         if self.fallback is not None:       # a restart after a fault: the system responder again
             self.fallback.start()
             return
+        self._budget_was = self._budget() if self._budget is not None else None
+        if self._budget_was is not None:
+            # The features on may need every socket: the HTTP API (the owner's way in) must keep its own, and
+            # CircuitPython's responder uses none (ESP-IDF's own UDP pcb).
+            self._use_fallback(self._budget_was)
+            return
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError) as exc:   # out of sockets is a RuntimeError on CircuitPython
@@ -208,9 +216,35 @@ class MdnsResponder(Module):
 
     # --- the loop ---
 
+    def _budget_changed(self, now_ms):
+        """Settings changed what the features need (Modbus, the emulations): start again, with our socket or the
+        system responder, whichever the budget says (looked at every address_every_ms)."""
+        if self._budget is None:
+            return False
+        if self._addr_ms is not None and 0 <= ticks_diff(now_ms, self._addr_ms) < self.address_every_ms:
+            return False
+        verdict = self._budget()
+        if verdict == self._budget_was:
+            return False
+        self.stop()
+        if self.fallback is not None:
+            self.fallback = None          # the system responder let go: start() decides afresh
+            self.fallback_reason = None
+            self.state = OK
+        self.start()
+        self._addr_ms = now_ms
+        return True
+
     def poll(self, now_ms):
         if self.fallback is not None:
-            self.fallback.poll(now_ms)
+            if self._budget_was is not None and self._budget_changed(now_ms):
+                return
+            if self.fallback is not None:
+                self.fallback.poll(now_ms)
+                if self._addr_ms is None or ticks_diff(now_ms, self._addr_ms) >= self.address_every_ms:
+                    self._addr_ms = now_ms
+            return
+        if self._budget_changed(now_ms):
             return
         if self._sock is None:
             return

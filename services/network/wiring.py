@@ -2,8 +2,9 @@
 
 Socket budget: the ESP32-S3 build has 8 sockets in the whole system. HTTP listen + 2 clients (3), Modbus listen
 + 2 clients (3, only when modbus.enable), MQTT (1), NTP (1, only during a query), captive DNS (1, only while the
-AP is up and the station is not joined), our mDNS responder (1, always; docs/api.md). CircuitPython's own mdns
-module (the fallback) and BLE use no socketpool sockets (ESP-IDF's own UDP pcb / NimBLE).
+AP is up and the station is not joined), our mDNS responder (1, only while it fits beside the rest: mdns_budget;
+docs/api.md). CircuitPython's own mdns module (the fallback) and BLE use no socketpool sockets (ESP-IDF's own UDP
+pcb / NimBLE).
 """
 
 import ipaddress
@@ -14,6 +15,32 @@ from drivers.radio import WifiManager
 from services.network import join as wifi_join_routes
 from services.network import routes as network_routes
 from services.network.captive_dns import CaptiveDns
+
+
+SOCKETS = 8   # socketpool sockets in the whole system on the ESP32-S3 build (CONFIG_LWIP_MAX_SOCKETS)
+
+
+def mdns_budget(settings):
+    """None while our responder's socket fits beside what the features on may hold at once, else why not (then
+    CircuitPython's responder, which uses no socket, answers instead): HTTP listen + 2 clients 3, MQTT 1, Modbus
+    listen + 2 clients 3, the Shelly emulation's UDP ports and its WebSocket session, SMA 1, an NTP query 1."""
+    need = 3 + 1
+    if settings.get("mqtt.enable", False):
+        need += 1
+    if settings.get("modbus.enable", False):
+        need += 3
+    if settings.get("emulation.shelly", False):
+        need += 1
+        for key in ("emulation.shellyUdpPort", "emulation.shellyUdpPort2"):
+            port = settings.get(key, 0)
+            if isinstance(port, int) and port > 0:
+                need += 1
+    if settings.get("emulation.sma", False):
+        need += 1
+    if need + 1 > SOCKETS:
+        return ("socket budget: the features on may hold %d of the %d sockets, and the HTTP API keeps its own; "
+                "the system responder uses none (no TXT records)" % (need, SOCKETS))
+    return None
 
 
 def _station_address():
@@ -48,7 +75,7 @@ def wire(app):
             app.pool, _station_address, "meterplus-" + device_id,
             lambda: service_list(device_id, http_port, VERSION, shelly_on()), changed=shelly_on,
             host="0.0.0.0" if port == 5353 else env("METERPLUS_BIND", "0.0.0.0"), port=port,
-            fallback=system_mdns, log=app.log))
+            fallback=system_mdns, log=app.log, budget=lambda: mdns_budget(app.settings)))
     elif system_mdns is not None:
         app.mdns = sup.add(system_mdns())
     else:
