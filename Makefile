@@ -40,12 +40,13 @@ sysdeps:
 	@bash tools/sysdeps.sh
 
 # The tests run in TEST_JOBS pytest-xdist workers (2: CI's cores; the suite waits on simulated time and sockets
-# half of its run, so two workers fit two cores), whole files each (pyproject.toml). pytest's exit status 5 (no
-# test collected) fails make like any other failure.
+# half of its run, so two workers fit two cores; 3 were faster here but load-sensitive tests then failed), whole
+# files each (pyproject.toml). The 20 slowest tests close the log: where the next minutes go. pytest's exit
+# status 5 (no test collected) fails make like any other failure.
 TEST_JOBS ?= 2
 
 test: $(STAMP) sysdeps
-	$(BIN)/python -m pytest -n $(TEST_JOBS) $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --durations=20 $(ARGS)
 
 # The edit-test loop: the tests not marked slow (no host runtime, browser or soak), a few minutes. A test that
 # starts the host runtime here fails and says it lacks the mark (tests/hostproc.py).

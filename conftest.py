@@ -56,6 +56,22 @@ def broker(tmp_path_factory, certs):
     b.stop()
 
 
+
+
+@pytest.fixture
+def sma_multicast():
+    """The SMA group 239.12.255.254:9522 is the whole machine's: a test that multicasts to it or reads it holds this
+    lock (use it as a mark: @pytest.mark.usefixtures("sma_multicast")), so two such tests in two xdist workers (or
+    two runs) never read each other's datagrams. xdist_group marks cannot do it here: with pytest 9.2, pytest-xdist
+    3.8.0's --dist loadgroup ignores them (it rewrites a node id field pytest no longer reads)."""
+    import fcntl
+    import tempfile
+
+    with open(os.path.join(tempfile.gettempdir(), "meterplus-sma-multicast.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)       # released when the file closes, or when the process dies
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (make test) the files marked slow go first, each file kept whole and in its order:
     --dist loadfile hands whole files to the workers in this order, so the long ones start at once and the

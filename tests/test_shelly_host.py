@@ -228,6 +228,7 @@ def test_a_stale_meter_is_refused_not_repeated(device):
     device.wait_for(lambda: device.get("/rpc/EM.GetStatus?id=0")[0] == 200, timeout=30)
 
 
+@pytest.mark.usefixtures("sma_multicast")   # its firmware multicasts to the group: never beside the group's reader
 def test_pysma_plus_reads_the_running_firmware_as_an_sma_energy_meter(tmp_path):
     # The whole firmware with the SMA emulation on, a unicast target on this host (port 9522, the protocol's), each
     # datagram read by pysma-plus's own parser and compared with /history/latest between two equal readings.

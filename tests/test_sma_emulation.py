@@ -601,6 +601,7 @@ def _multicast_loops_back():
         tx.close()
 
 
+@pytest.mark.usefixtures("sma_multicast")   # the group is the machine's: no other test's sender beside it
 def test_pysma_plus_receives_the_multicast_on_its_own_socket():
     """The whole path a Home Assistant user has: the group 239.12.255.254:9522 and pysma-plus's own receiver."""
     if not _multicast_loops_back():
