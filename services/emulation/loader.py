@@ -22,7 +22,7 @@ class EmulationLoader(Module):
     loading: that emulation stays off (counted, logged, in /system/info) and is tried again after retry_ms."""
 
     name = "emulation"
-    poll_every_ms = 25      # batteries regulate on 1-4 s; 25 ms added is not felt
+    poll_every_ms = 50      # batteries regulate on 1-4 s; 50 ms added is not felt
     retry_ms = 60000
 
     def __init__(self, app, bind="0.0.0.0", sma_group=None):
