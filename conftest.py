@@ -72,6 +72,27 @@ def sma_multicast():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _alone_under_xdist(request, tmp_path_factory):
+    """Under pytest-xdist a test marked alone runs with no other test at the same time: every test holds a shared
+    lock of the run while it runs, one marked alone the exclusive one; a gate lock that the alone test holds
+    while it waits keeps the other worker from starting new tests meanwhile (no starvation)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
+        yield
+        return
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp().parent      # the run's folder, shared by its workers
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(base / "alone.gate", "a") as gate, open(base / "alone.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (make test) the files marked slow go first, each file kept whole and in its order:
     --dist loadfile hands whole files to the workers in this order, so the long ones start at once and the

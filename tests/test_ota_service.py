@@ -19,6 +19,10 @@ from services.ota.http_get import HttpGet
 from tests.ota_server import ROOT, UpdateServer, keys_text, make_release, write_manifest
 from tools.ota_manifest import app_files
 
+# its polls run simulated time 20x faster than the update server thread answers in real time: a busy second
+# worker starved that thread past the 1 s (simulated) receive deadline
+pytestmark = pytest.mark.alone
+
 BOOT = types.SimpleNamespace(**runpy.run_path(os.path.join(ROOT, "boot.py"), run_name="boot_ns"))
 WRAP = 1 << 29
 CHANGES = {"services/ota/added_in_020.py": '"""New in 0.2.0."""\n', "core/a_new_module.py": "X = 1\n"}

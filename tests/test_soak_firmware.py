@@ -5,7 +5,7 @@ import pytest
 
 from bench import soak_firmware
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]   # CPU-bound: a second worker beside it costs simulated quarters
 
 DAYS = 2.5          # one whole local day between two partial ones, ~65 s at --speed 3600
 RSS_GROWTH_KB = 4096
