@@ -56,8 +56,6 @@ def broker(tmp_path_factory, certs):
     b.stop()
 
 
-
-
 @pytest.fixture
 def sma_multicast():
     """The SMA group 239.12.255.254:9522 is the whole machine's: a test that multicasts to it or reads it holds this
