@@ -120,7 +120,8 @@ def circuitpython_build():
     tool = find_mpy_cross()
     if tool is None:
         return None, None
-    for binary in sorted(glob.glob(os.path.join(bd.CACHE, "cp-unix-*", "micropython"))):
+    # Only an interpreter built with today's bench variant: an older one lacks what the runner now uses (benchclock).
+    for binary in sorted(glob.glob(os.path.join(bd.CACHE, "cp-unix-*-" + bd.variant_digest(), "micropython"))):
         if os.path.exists(bd.mpy_cross_of(binary)):
             return tool, binary
     return tool, None
