@@ -1,6 +1,6 @@
 // Dashboard: signed power, totals, the other readings, meter health; one request per 4 s, info every 20 s.
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { api, poller } from './api.js';
+import { api, bus, poller } from './api.js';
 import { Chart, steps } from './chart.js';
 import { num, t } from './i18n.js';
 import { Msg, Table, deviceToday, deviceUtc, errText, html, sectionMap, useInfo } from './ui.js';
@@ -61,9 +61,14 @@ export function Dashboard() {
     }, LATEST_MS);
     // Today's import, export and balance: the totals of today's quarter hours (highRes), every 5 minutes.
     const stopToday = poller(async () => setToday(await api('/history/highRes?date=' + deviceToday())), TODAY_MS);
+    // Any request that finds the device gone (the strip's info, today's totals) clears the readings at once: the
+    // banner "not reachable" never stands beside a value from before.
+    const onOffline = (e) => e.detail && setLatest(undefined);
+    bus.addEventListener('offline', onOffline);
     return () => {
       stopLatest();
       stopToday();
+      bus.removeEventListener('offline', onOffline);
     };
   }, []);
 
