@@ -57,10 +57,9 @@ def test_two_pollers_home_assistant_and_the_page_all_get_answers(browser, device
     ]
     threads = [threading.Thread(target=_client, args=(device, s, r, p, stop, log)) for s, r, p, log in clients]
     page = _page(browser)
-    page_bad = []
-    page_ok = []
-    page.on("response", lambda r: (page_bad if r.status >= 400 else page_ok).append((r.url, r.status)))
-    page.on("requestfailed", lambda r: page_bad.append((r.url, r.failure)))
+    page_events = []   # (url, status or the failure), in order
+    page.on("response", lambda r: page_events.append((r.url, r.status)))
+    page.on("requestfailed", lambda r: page_events.append((r.url, r.failure)))
     for t in threads:
         t.start()
     try:
@@ -77,5 +76,12 @@ def test_two_pollers_home_assistant_and_the_page_all_get_answers(browser, device
         assert not bad, (name, bad[:5], len(log))
     assert len(logs["battery_get"]) >= RUN_S - 5 and len(logs["battery_rpc"]) >= RUN_S - 5
     assert len(logs["home_assistant"]) >= 2 * (RUN_S // 5 - 1)
+    # Every answer the page got is a success; a request the network dropped is fine only when the page asked the same
+    # URL again and was answered: the device sheds a newcomer while both HTTP slots answer (docs/api.md) and the page
+    # asks a shed GET again (web-src/src/api.js).
+    page_bad = [(url, st) for url, st in page_events if isinstance(st, int) and st >= 400]
+    page_bad += [(url, why) for i, (url, why) in enumerate(page_events) if not isinstance(why, int) and
+                 not any(u == url and isinstance(st, int) and st < 400 for u, st in page_events[i + 1:])]
     assert not page_bad, page_bad[:5]
+    page_ok = [(url, st) for url, st in page_events if isinstance(st, int) and st < 400]
     assert sum(1 for url, _ in page_ok if "/history/latest" in url) >= RUN_S // 5   # the page kept polling
