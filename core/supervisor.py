@@ -188,8 +188,8 @@ class Supervisor:
             self._watchdog.feed()
         self.cycles += 1
         if self._gc_collect is not None:
-            self._collect_garbage(ticks_diff(self._ticks_ms(), now) >= self.cycle_budget_ms)
-        spent = ticks_diff(self._ticks_ms(), now)
+            self._collect_garbage((ticks() - now) & _TICKS_MASK >= budget)
+        spent = (ticks() - now) & _TICKS_MASK
         if spent > self.worst_cycle_ms:
             self.worst_cycle_ms = spent
         return now

@@ -66,14 +66,6 @@ SHELLY_UDP_PORT = 1010
 HTTP_CLIENTS = 1
 
 
-def ticks_us():
-    return _unix_time.ticks_us()
-
-
-def us_since(t0):
-    return _unix_time.ticks_diff(_unix_time.ticks_us(), t0)
-
-
 def stand_ins():
     """The hardware stand-ins staged in hw/ (C modules on the device)."""
     import os
