@@ -310,6 +310,16 @@ for name in %r:
     __import__(name)
     gc.collect()
     print("@@COST@@", name, gc.mem_alloc() - before)
+# What one collection costs with only the modules' code and tables in the heap (nothing running): the floor under
+# every collection of the firmware loaded as files (frozen, the code is out of the heap and out of the marking).
+import benchclock
+took = []
+for _ in range(15):
+    start = benchclock.cpu_us()
+    gc.collect()
+    took.append(benchclock.cpu_us() - start)
+took.sort()
+print("@@GC@@", took[len(took) // 2])
 """
 
 
@@ -365,8 +375,12 @@ def import_order(mods):
     return order
 
 
+GC_OF_CODE = "@gc"
+
+
 def module_costs(binary):
-    """Heap each module holds of its own (its imports loaded first), largest first."""
+    """(heap each module holds of its own (its imports loaded first), largest first; the bench CPU us of one
+    collection with all of them loaded and nothing else)."""
     root = stage()
     try:
         mods = device_modules(root)
@@ -390,9 +404,12 @@ def module_costs(binary):
             if line.startswith("@@COST@@"):
                 _, name, n = line.split()
                 costs[name] = int(n)
-        if len(costs) != len(order):
+            elif line.startswith("@@GC@@"):
+                costs[GC_OF_CODE] = int(line.split()[1])
+        gc_us = costs.pop(GC_OF_CODE, None)
+        if len(costs) != len(order) or gc_us is None:
             raise SystemExit("importing the device modules failed on CircuitPython:\n%s" % res.stdout[-2000:])
-        return sorted(costs.items(), key=lambda kv: -kv[1])
+        return sorted(costs.items(), key=lambda kv: -kv[1]), gc_us
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -592,12 +609,16 @@ def main(argv=()):
                   % ("%d KB" % smallest if smallest else "> 1024 KB", ".mpy" if mpy else ".py"))
         out["boot_heap_kb"] = out["smallest_heap_kb_py"]
     if not args.no_costs:
-        costs = module_costs(binary)
+        costs, gc_us = module_costs(binary)
         out["module_costs"] = costs
+        out["gc_ms_code_only"] = round(gc_us * result["factor"] / 1000, 1)
         out["shares"] = shares(costs)
         print("  heap of the modules' own code and tables: %s in all (%d modules)"
               % (kb(sum(c for _, c in costs)), len(costs)))
         print("  by part:   " + ", ".join("%s %s" % (k, kb(v)) for k, v in out["shares"]))
+        print("  one collection with only that code in the heap (nothing running): %.1f S3 ms at %d pystones/s "
+              "(%d us here): the floor under every collection of the firmware as files"
+              % (out["gc_ms_code_only"], S3_PYSTONES, gc_us))
         print("  largest modules:")
         for name, cost in costs[:20]:
             print("    %-45s %s" % (name, kb(cost)))
