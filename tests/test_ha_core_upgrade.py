@@ -14,7 +14,7 @@ from tests.ha_core import HaCore, ha_venv
 from tests.hostproc import HostProcess
 from tests.mqtt_peers import Broker, Subscriber
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]   # Home Assistant + the host runtime + mosquitto: heavy
+pytestmark = pytest.mark.slow   # Home Assistant + the host runtime + mosquitto; mostly waiting (~7 s CPU), so not alone
 
 DEV = "024d50000001"              # the host runtime's device id (host/cp/_hostenv.py's MAC)
 PREFIX = "meterplus/" + DEV

@@ -31,7 +31,6 @@ echo "ha_core_env: building Home Assistant Core $HA_VERSION on Python $PY_VERSIO
 rm -rf "$cache"
 mkdir -p "$cache/dl"
 "$py" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip >&2
 "$venv/bin/python" -m pip download -q --no-deps "homeassistant==$HA_VERSION" -d "$cache/dl" >&2
 wheel="$(ls "$cache"/dl/homeassistant-"$HA_VERSION"-*.whl)"
 "$venv/bin/python" - "$wheel" "$cache/package_constraints.txt" <<'PY'
