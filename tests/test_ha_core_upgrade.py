@@ -53,6 +53,10 @@ def num(state):
         return None
 
 
+def at(iso):
+    return datetime.fromisoformat(iso)
+
+
 def floor5(t):
     return t.replace(minute=t.minute - t.minute % 5, second=0, microsecond=0)
 
@@ -114,7 +118,7 @@ def test_an_upgraded_meter_plus_keeps_its_entities_history_statistics_and_device
                 return None
             for k in OLD:                      # a value of the new firmware has arrived for each
                 st = hass.rest("GET", "/api/states/" + ids["wattwaechter_%s_%s" % (DEV, k)])[1]
-                if st["state"] in ("unknown", "unavailable") or st["last_changed"] < upgrade_at.isoformat():
+                if num(st["state"]) is None or at(st["last_changed"]) < upgrade_at:
                     return None
             return ents
         after = hass.wait_for(upgraded, timeout=90)
@@ -131,19 +135,25 @@ def test_an_upgraded_meter_plus_keeps_its_entities_history_statistics_and_device
         devices = [d for d in hass.devices() if any(i[0] == "mqtt" for i in d["identifiers"])]
         assert [d["id"] for d in devices] == [devices_before[0]["id"]], devices
         assert {e["device_id"] for e in after} == {devices_before[0]["id"]}
+        # the new firmware leaves (status offline): no state changes after this, the history and statistics below
+        # are complete
+        host.stop()
+        hass.wait_for(lambda: all(hass.rest("GET", "/api/states/" + e)[1]["state"] == "unavailable"
+                                  for e in entry_ids.values()))
         # history: the old values and the new firmware's in one entity's history
-        now = {k: hass.rest("GET", "/api/states/" + entry_ids[k])[1] for k in OLD}
         code, hist = hass.rest("GET", "/api/history/period/%s?filter_entity_id=%s&no_attributes"
                                % (started.isoformat().replace("+", "%2B"), ",".join(entry_ids.values())))
         assert code == 200, hist
         by_id = {rows[0]["entity_id"]: rows for rows in hist if rows}
+        last = {}
         for k in OLD:
             rows = by_id[entry_ids[k]]
-            states = [r["state"] for r in rows]
-            for values in OLD_ROUNDS:
-                assert float(values[k]) in [num(s) for s in states], (k, states)
-            assert now[k]["state"] in states, (k, states)
-            assert [r for r in rows if r["last_changed"] > upgrade_at.isoformat() and r["state"] == now[k]["state"]]
+            before_upgrade = [num(r["state"]) for r in rows if at(r["last_changed"]) < upgrade_at]
+            since_upgrade = [num(r["state"]) for r in rows if at(r["last_changed"]) > upgrade_at]
+            assert [float(v[k]) for v in OLD_ROUNDS] == [v for v in before_upgrade if v is not None], (k, rows)
+            since_upgrade = [v for v in since_upgrade if v is not None]
+            assert since_upgrade, (k, rows)                  # the new firmware's values, under the same entity_id
+            last[k] = since_upgrade[-1]
         # long-term statistics: the recorder compiles each 5-minute period since the start (Home Assistant does it
         # itself 10 s past each boundary; the test probe asks now); the energy sensors keep their statistic_id and
         # their sum runs from the old firmware's first total to the new firmware's
@@ -159,9 +169,8 @@ def test_an_upgraded_meter_plus_keeps_its_entities_history_statistics_and_device
         for k in ENERGY:
             rows = stats[entry_ids[k]]
             first = float(OLD_ROUNDS[0][k])
-            last = float(now[k]["state"])
-            assert rows and rows[-1]["state"] == pytest.approx(last), rows
-            assert rows[-1]["sum"] == pytest.approx(last - first, abs=1e-6), (k, rows)
+            assert rows and rows[-1]["state"] == pytest.approx(last[k]), rows
+            assert rows[-1]["sum"] == pytest.approx(last[k] - first, abs=1e-6), (k, rows)   # one series, old to new
         assert not [i for i in hass.ws({"type": "recorder/validate_statistics"})[0] if i.startswith("sensor.")]
     finally:
         if host is not None:
