@@ -20,7 +20,7 @@ from tests.hostproc import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_SCRIPT = os.path.join(ROOT, "tools", "ha_core_env.sh")
-PROBE = os.path.join(ROOT, "tests", "ha_core", "custom_components")
+PROBE = os.path.join(ROOT, "tests", "ha_core_config", "custom_components")   # copied into each config folder
 HA_VERSION = "2025.4.4"
 
 
