@@ -7,6 +7,7 @@ import json
 import pytest
 
 from meter import obis
+from services.mqtt import client as m_client
 from services.mqtt import ha_discovery as ha
 from tests.mqtt_peers import Broker, Subscriber
 from tests.test_mqtt_broker import DEV, Device
@@ -83,3 +84,36 @@ def test_an_upgrade_empties_the_old_configs_once_before_announcing_the_new_ones(
         assert "old_ids_removed" not in dev2.svc.counters
     finally:
         dev2.close()
+
+
+def test_the_old_firmwares_real_configs_are_emptied_too(broker, tmp_path):
+    """The configs the firmware before issue 30 left are 550-700 bytes (device block, availability, origin), more
+    than the MQTT client keeps of a packet (rx_max 512): found by the real Home Assistant test
+    (test_ha_core_upgrade), which the tiny stand-in payloads above never showed. The topic alone is enough."""
+    keys = ("import_total", "export_total", "power")
+    old_topics = ["homeassistant/sensor/meterplus_%s/%s/config" % (DEV, k) for k in keys]
+    seed = Subscriber(broker.port, topics=("x/none",), client_id="seed")
+    for k, t in zip(keys, old_topics):
+        cfg = json.loads(ha.config_payload(ha.code_of_key(k), DEV, "meterplus/" + DEV, "de", "Meter Plus Keller",
+                                           "0.9.0", "http://meterplus-%s.local/" % DEV))
+        cfg["unique_id"] = ha.old_unique_id(DEV, ha.code_of_key(k))     # as the old firmware built it
+        payload = json.dumps(cfg)
+        assert len(payload) > m_client.HardenedMQTT.rx_max
+        seed.publish(t, payload, retain=True)
+    seed.close()
+    ha_side = Subscriber(broker.port, topics=("homeassistant/sensor/#",), client_id="ha")
+    ha_side.wait_for(lambda t, p: t == old_topics[-1])
+    dev = Device(tmp_path, port=broker.port, sendInterval=1)
+    try:
+        dev.reading({"1.8.0": (123456789, -1), "2.8.0": (5, -1), "16.7.0": (-2345, -1)})
+        dev.run(until=dev.connected)
+        new = "homeassistant/sensor/wattwaechter_%s/power/config" % DEV
+        ha_side.wait_for(lambda t, p: t == new, idle=dev.tick, timeout=20)
+        seq = [(t, p) for t, p, _r, _ in ha_side.snapshot()]
+        emptied = [i for i, (t, p) in enumerate(seq) if t in old_topics and p == b""]
+        assert len(emptied) == 3, seq
+        first_new = min(i for i, (t, p) in enumerate(seq) if "wattwaechter_" in t)
+        assert max(emptied) < first_new                                  # emptied before any new one
+        assert dev.svc.counters["old_ids_removed"] == 3
+    finally:
+        dev.close()

@@ -785,3 +785,35 @@ def test_a_qos2_publish_from_the_broker_is_a_protocol_error_not_a_crash():
     r.pool.sock.inbox += bytes((0x34, len(body))) + body
     r.step()
     assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PROTOCOL
+
+
+def test_an_old_discovery_config_too_big_to_keep_is_still_emptied_while_seeding():
+    """Issue 30's migration found by its topic: the old firmware's configs are 550-700 bytes, over the client's
+    rx_max, so their payload is dropped; the topic (kept at the head of the buffer) is enough to empty them.
+    A big message elsewhere, a topic too long to keep, or an old config arriving after the seeding change nothing."""
+    r = Rig(sendInterval=1)
+    r.reading({"1.8.0": (1500, 0)})
+    r.step(polls=2)
+    r.pool.sock.auto_pong = False
+    r.connack()
+    r.step(polls=10)
+    old = "homeassistant/sensor/meterplus_%s/import_total/config" % DEV
+    big = json.dumps({"unique_id": "meterplus_%s_import_total" % DEV, "pad": "x" * 700})
+    r.pool.sock.inbox += publish_packet(old, big, True)
+    r.pool.sock.inbox += publish_packet("homeassistant/sensor/meterplus_%s/power/config" % DEV, big[:300], True)
+    r.pool.sock.inbox += publish_packet("homeassistant/sensor/meterplus_other/power/config", big, True)
+    r.pool.sock.inbox += publish_packet("homeassistant/sensor/meterplus_%s/%s/config" % (DEV, "y" * 600), big, True)
+    r.pool.sock.inbox += b"\xd0\x00"
+    r.step(polls=10)
+    assert r.svc.conn_state == m.CONNECTED and r.svc.counters["rx_skipped"] == 3
+    assert r.svc.counters["old_ids_removed"] == 2
+    r.now += 3500        # past the hold
+    r.step(polls=20)
+    pubs = publishes(r.pool.sock.sent)
+    emptied = [t for t, p, retain in pubs if p == "" and retain]
+    assert emptied == [old, "homeassistant/sensor/meterplus_%s/power/config" % DEV]
+    new = ha.config_topic("homeassistant", DEV, "1.8.0")
+    assert [t for t, _p, _r in pubs].index(new) > [t for t, _p, _r in pubs].index(emptied[-1])
+    r.pool.sock.inbox += publish_packet(old, big, True)     # after the seeding: not ours to touch any more
+    r.step(polls=5)
+    assert r.svc.counters["old_ids_removed"] == 2 and r.svc.counters["rx_skipped"] == 4

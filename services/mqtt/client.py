@@ -79,7 +79,8 @@ class _Handoff:
 class HardenedMQTT(mm.MQTT):
     """One broker session at a time: open() -> connect_step() until True -> start_session() -> flush()/read()
     every poll. Callbacks: on_connect(client, user_data, flags, rc), on_message(client, topic, payload bytes),
-    on_pingresp(), on_suback(topic, granted). Failures raise LinkError; close() ends the session."""
+    on_pingresp(), on_suback(topic, granted), on_oversize(topic, size) for a PUBLISH over rx_max (its payload
+    dropped). Failures raise LinkError; close() ends the session."""
 
     rx_max = 512           # largest incoming packet kept (header included); bigger ones are skipped
     linger_ms = 0          # set by an orderly stop: how long the last close waits for the broker's (_linger)
@@ -96,6 +97,7 @@ class HardenedMQTT(mm.MQTT):
         self.will_set(will_topic, will_msg, retain=True)
         self.on_pingresp = None
         self.on_suback = None
+        self.on_oversize = None
         self._chunk = bytearray(self.chunk_size)
         self._rx = bytearray(self.rx_max)
         self._raw = None
@@ -346,12 +348,30 @@ class HardenedMQTT(mm.MQTT):
                     self._packet()
             else:
                 take = min(self._rlen - self._rbody, n - i)
-                if self._rgot + self._rlen <= cap:
-                    rx[self._rgot + self._rbody:self._rgot + self._rbody + take] = chunk[i:i + take]
+                at = self._rgot + self._rbody
+                if at < cap:    # an oversized packet keeps its head: the topic of a PUBLISH (on_oversize)
+                    keep = min(take, cap - at)
+                    rx[at:at + keep] = chunk[i:i + keep]
                 self._rbody += take
                 i += take
                 if self._rbody >= self._rlen:
                     self._packet()
+
+    def _oversize(self):
+        """A PUBLISH too big to keep: its topic, when the kept head holds it, goes to on_oversize(topic, size)
+        (the payload is lost; what a retained message is there for may still be known from its topic)."""
+        rx = self._rx
+        body = self._rgot
+        if rx[0] & 0xF0 != _T_PUBLISH or self.on_oversize is None or body + 2 > len(rx):
+            return
+        end = body + 2 + ((rx[body] << 8) | rx[body + 1])
+        if end > len(rx):
+            return
+        try:
+            topic = str(rx[body + 2:end], "utf-8")
+        except UnicodeError:
+            return
+        self.on_oversize(topic, self._rlen + body)
 
     def _packet(self):
         """One complete incoming packet in self._rx[:self._rgot + self._rlen]."""
@@ -359,6 +379,7 @@ class HardenedMQTT(mm.MQTT):
         total = self._rgot + self._rlen
         if total > len(self._rx):
             self.skipped += 1
+            self._oversize()
             return
         rx = self._rx
         kind = rx[0] & 0xF0

@@ -214,6 +214,7 @@ class MqttService(Module):
         mq.on_message = self._on_message
         mq.on_pingresp = self._on_pingresp
         mq.on_suback = self._on_suback
+        mq.on_oversize = self._on_oversize
         return mq
 
     def _set_error(self, code, msg):
@@ -502,11 +503,20 @@ class MqttService(Module):
         if granted == 0x80:
             self._note("warning", "mqtt: broker refused the subscription to %s", topic)
 
+    def _on_oversize(self, topic, size):
+        # A discovery config is 550-700 bytes, over the client's rx_max: only its topic is kept, and that is all
+        # the migration needs (a retained config is there: it is emptied).
+        if self._seeding and ha.is_old_config(topic, self._cfg.discovery, self.device_id):
+            self._remove_old(topic)
+
+    def _remove_old(self, topic):
+        self._queue.append(("pub", topic, "", True))     # an empty retained config: HA removes the entity
+        self._removed_old += 1
+        self.count("old_ids_removed")
+
     def _on_message(self, client, topic, payload):
         if self._seeding and payload and ha.is_old_config(topic, self._cfg.discovery, self.device_id):
-            self._queue.append(("pub", topic, "", True))     # an empty retained config: HA removes the entity
-            self._removed_old += 1
-            self.count("old_ids_removed")
+            self._remove_old(topic)
             return
         if self._seeding:
             head = self._cfg.prefix + "/"
