@@ -201,6 +201,13 @@ class HttpApi(Module):
                 auth.poll(now_ms)
         self._server.poll()
 
+    def sockets_held(self):
+        """Sockets the API holds: its listener and the connections open now (core/sockbudget.py)."""
+        server = self._server
+        if server is None:
+            return 0
+        return (0 if server.stopped else 1) + server.connections()
+
     def stop(self):
         if self._server is not None:
             try:

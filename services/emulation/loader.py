@@ -112,6 +112,7 @@ class EmulationLoader(Module):
         udp = ShellyUdp(app.pool, app.bus, app.settings, ident, energy_floor=app.energy_floor,
                         uptime=lambda: uptime() // 1000, host=self._bind)
         ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000)
+        udp.budget = ws.budget = app.sockets
         udp.start()
         ws.start()
         app.shelly_ident, app.shelly_udp, app.shelly_ws = ident, udp, ws
@@ -132,6 +133,7 @@ class EmulationLoader(Module):
         app = self._app
         sender = SmaSender(app.pool, app.bus, app.settings, app.device_id, energy_floor=app.energy_floor,
                            log=app.log, group=self._sma_group or GROUP)
+        sender.budget = app.sockets
         sender.start()
         app.sma = sender
 

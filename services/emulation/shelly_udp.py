@@ -17,6 +17,7 @@ class ShellyUdp(Module):
     max_per_poll = 4          # datagrams answered per socket and poll: a flood cannot starve the loop
     retry_ms = 5000           # after a failed bind or out of sockets
     max_datagram = 512        # a battery's request is ~60 bytes; longer ones are not JSON-RPC for us
+    budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a socket is opened
     serve_every_ms = 20       # sockets read at most this often: an empty read raises (EAGAIN), and a battery that
     #                           asks every 1-4 s does not notice 20 ms
 
@@ -97,7 +98,15 @@ class ShellyUdp(Module):
             except OSError:
                 self.count("send_errors")
 
+    def sockets_held(self):
+        """Sockets open now: one per listening port (core/sockbudget.py)."""
+        return len(self._socks)
+
     def _open(self, port, now_ms):
+        if self.budget is not None and not self.budget.may_take():
+            self.count("budget_refused")   # HTTP keeps its three: tried again after retry_ms
+            self._failed_at = now_ms
+            return
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError):  # out of sockets is a RuntimeError on CircuitPython

@@ -32,6 +32,7 @@ class ShellyWs(Module):
     max_sessions = 1
     idle_ms = 120000
     max_frame = 1024          # an RPC request is ~100 bytes; longer frames end the session
+    budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a session is adopted
     max_out = 8192            # a client that reads nothing while asking on is dropped, not buffered for
 
     def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None):
@@ -49,6 +50,8 @@ class ShellyWs(Module):
         """How many sessions are open."""
         return len(self._sessions)
 
+    sockets_held = sessions
+
     def adopt(self, sock, addr):
         """Take over a connection whose 101 answer went out; the oldest session goes if all places are taken."""
         if not self._settings.get("emulation.shelly", False):
@@ -57,6 +60,13 @@ class ShellyWs(Module):
         try:
             sock.setblocking(False)
         except OSError:
+            close_quietly(sock)
+            return
+        if len(self._sessions) < self.max_sessions and self.budget is not None and \
+                not self.budget.may_take(0, from_http=1):
+            # The socket moves from HTTP to this session: refused when HTTP would then lack its listener and two
+            # clients (a replacing newcomer frees the socket of the session it replaces, so it needs no check).
+            self.count("budget_refused")
             close_quietly(sock)
             return
         while len(self._sessions) >= self.max_sessions:

@@ -93,6 +93,7 @@ class ModbusServer(Module):
     # pipeline that died and can publish nothing: a Reading this old is never served as current.
     stale_ms = 15000
     backlog = 1
+    budget = None             # core.sockbudget.SocketBudget (the wiring sets it): asked before each accept
 
     # port_override: the host runtime's --modbus-port; serial and version go into model 1 (SN, Vr).
     def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
@@ -161,6 +162,8 @@ class ModbusServer(Module):
     def sockets_in_use(self):
         """Sockets this service holds: the listener plus its clients (the device has 8 in all)."""
         return self.active_connections() + (1 if self._listen is not None else 0)
+
+    sockets_held = sockets_in_use
 
     def start(self):
         """Open the listener when modbus.enable is true; a disabled server holds no socket."""
@@ -233,6 +236,11 @@ class ModbusServer(Module):
         self.state = WARN if self.map.overflow else OK
 
     def _accept(self, now_ms):
+        if self.budget is not None and not self.budget.may_take():
+            # Accepting (even to refuse) would take a socket HTTP needs for its listener and two clients: the
+            # newcomer waits in the listen backlog (one place; further SYNs are refused by the stack).
+            self.count("budget_refused")
+            return
         try:
             sock, addr = self._listen.accept()
         except OSError as exc:
