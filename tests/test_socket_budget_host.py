@@ -4,7 +4,6 @@ finding 1). Behaviour only; the times are the bench's (make bench-device ARGS=ho
 import base64
 import os
 import socket
-import struct
 import threading
 import time
 

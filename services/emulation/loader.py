@@ -103,14 +103,15 @@ class EmulationLoader(Module):
     def _load_shelly(self):
         from core.version import VERSION
         from services.emulation.shelly_rpc import Identity
-        from services.emulation.shelly_udp import ShellyUdp
+        from services.emulation.shelly_udp import ShellyUdp, own_addresses
         from services.emulation.shelly_ws import ShellyWs
 
         app = self._app
         ident = Identity(app.device_id, app.settings.get("device_name", None), VERSION)
         uptime = app.log.uptime.ms
         udp = ShellyUdp(app.pool, app.bus, app.settings, ident, energy_floor=app.energy_floor,
-                        uptime=lambda: uptime() // 1000, host=self._bind)
+                        uptime=lambda: uptime() // 1000, host=self._bind,
+                        own=own_addresses(app.radio) if app.radio is not None else None)
         ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000)
         udp.budget = ws.budget = app.sockets
         udp.start()
