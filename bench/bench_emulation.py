@@ -159,9 +159,14 @@ def measure(count):
                 _feed(master, 3, 500, written, seq0=0 if on else 1000)    # warm-up: the meter is live
                 watches = {}
                 if on:
+                    sources = iter(range(10 ** 9))
+
                     def udp_sample():
+                        # 50 asks a second from one address would be over the listener's per-source limit (4 a
+                        # second, issue 26): the probe takes turns among 16 loopback addresses (~3 a second each)
                         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                         s.settimeout(0.2)
+                        s.bind(("127.0.0.%d" % (10 + next(sources) % 16), 0))
                         try:
                             s.sendto(b'{"id":1,"method":"EM.GetStatus","params":{"id":0}}', ("127.0.0.1", udp_port))
                             doc = json.loads(s.recvfrom(2048)[0])
