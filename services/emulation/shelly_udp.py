@@ -130,9 +130,10 @@ class ShellyUdp(Module):
         """True when a datagram from addr may be parsed and answered (counted against its source and the total);
         False (counted) for a bad sender or one over a limit. Allocates nothing for a known source."""
         ip = addr[0]
-        if addr[1] == 0 or self._bad_sender(ip, now_ms):
+        if addr[1] == 0:
             self.count("bad_sender")
             return False
+        self._refresh_own(now_ms)
         slot = -1
         oldest = -1
         oldest_age = -1
@@ -144,6 +145,11 @@ class ShellyUdp(Module):
             if age > oldest_age:
                 oldest, oldest_age = i, age
         if slot < 0:
+            # Only a good sender gets a row (so the check, which parses the address, runs once per new source,
+            # and forged broadcast or multicast senders never push a battery out of the table).
+            if self._bad_sender(ip):
+                self.count("bad_sender")
+                return False
             slot = oldest
             self._peer_ip[slot] = ip
             self._peer_at[slot] = now_ms
@@ -165,7 +171,19 @@ class ShellyUdp(Module):
         self._total_n += 1
         return True
 
-    def _bad_sender(self, ip, now_ms):
+    def _refresh_own(self, now_ms):
+        """Read the device's own addresses again every own_every_ms; when they changed, the table is emptied (its
+        rows were judged against the old ones)."""
+        if self._own is None or (self._own_at is not None and _age(now_ms, self._own_at) < self.own_every_ms):
+            return
+        self._own_at = now_ms
+        bad = _bad_destinations(self._own)
+        if bad != self._bad:
+            self._bad = bad
+            for i in range(self.peers):
+                self._peer_ip[i] = None
+
+    def _bad_sender(self, ip):
         """True for a source no answer may go to: broadcast, multicast, 0.0.0.0/8, the device's own addresses."""
         n = parse_ipv4(ip)
         if n is None:
@@ -173,9 +191,6 @@ class ShellyUdp(Module):
         first = n >> 24
         if first == 0 or first >= 224 or n == 0xFFFFFFFF:
             return True
-        if self._own is not None and (self._own_at is None or _age(now_ms, self._own_at) >= self.own_every_ms):
-            self._own_at = now_ms
-            self._bad = _bad_destinations(self._own)
         return n in self._bad
 
     def _serve(self, sock, now_ms):
