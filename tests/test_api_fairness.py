@@ -126,3 +126,65 @@ def test_the_quiet_client_of_rpc_and_the_page_is_served_beside_floods(tmp_path, 
         assert set(statuses) == {200}, statuses
     finally:
         api.stop()
+
+
+# --- real sockets, concurrent floods through the server (finding 3's 1 of 20 on /rpc) ---------------------------
+
+def _rpc_app(tmp_path):
+    from core.app import App
+    from core.bus import Bus
+    from core.log import Log
+    from core.settings import Settings
+    from services.api.auth import Tokens
+
+    app = App(Bus(), Settings(str(tmp_path / "settings.json"), zone_ok=lambda z: True), Log(echo=None))
+    app.device_id = "024d50000001"
+    app.auth = Tokens(str(tmp_path / "tokens.json"))
+    app.mem_free = lambda: 10 ** 6
+    return app
+
+
+def _get_from(source, port, path, timeout=5):
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        c.request("GET", path)
+        return c.getresponse().status
+    except OSError as exc:
+        return repr(exc)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("flooders", [1, 2, 8])
+def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_path, flooders):
+    import threading
+    import time
+
+    from tests.inproc import api_in_thread
+
+    stop = threading.Event()
+    flood = []
+
+    def flooder(source, port):
+        while not stop.is_set():
+            flood.append(_get_from(source, port, "/rpc/EM.GetStatus"))
+
+    with api_in_thread(_rpc_app(tmp_path), [_Rpc()]) as port:
+        threads = [threading.Thread(target=flooder, args=("127.0.0.%d" % (2 + i % flooders), port), daemon=True)
+                   for i in range(max(4, flooders))]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(1)
+            statuses = []
+            for _ in range(10):                     # a battery asking every 2 s (the audit's: 1 of 20 beside two)
+                statuses.append(_get_from("127.0.0.1", port, "/rpc/EM.GetStatus"))
+                time.sleep(2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+    assert 429 in flood                             # the flood was limited
+    assert statuses == [200] * 10, statuses

@@ -60,12 +60,14 @@ def required_level(method, path):
 
 class RateLimiter:
     """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks
-    and who sent them), shared with a floor for every address: while others have asked within seen_ms, each of the
-    n addresses about is sure of limit // n requests per window, and what an address takes beyond its floor may not
-    eat into the floors the others have not used yet (a newcomer that finds the window full takes the place of the
-    oldest stamp of the address most above its floor: _reclaim). So a flooding address,
-    or two, or eight, never take the budget from a client that asks at most its floor (Home Assistant, a battery,
-    the owner's page); a client alone still has all of it.
+    and who sent them), shared with a floor for every address. The addresses that asked within seen_ms are "about";
+    one refused within the window is "flooding". The polite addresses and the flooders as one group split the window
+    evenly (each polite one is sure of limit // (polite + 1) requests per window, the flooders share one such part);
+    what an address takes beyond its floor may not eat into the floors the others have not used yet, and one below
+    its floor that finds the window full takes the place of the oldest stamp of the address most above its own
+    (_reclaim). So one flooding address, or two, or eight, never take the budget from a client that asks within
+    its floor (Home Assistant, a battery, the owner's page: beside any number of flooders, half the window); a
+    client alone still has all of it.
 
     The addresses are kept in a table of at most seen_max (the least recently heard one gives its place) with the
     requests each holds in the window, so a decision costs one pass over that table, not over the ring.
@@ -86,7 +88,9 @@ class RateLimiter:
         self._who = [None] * limit
         self._head = 0    # index of the oldest stamp
         self._count = 0
-        self._seen = []   # [address, ticks of its last request (allowed or not), requests held in the window]
+        # [address, ticks of its last request (allowed or not), requests held in the window, ticks of its last
+        # refusal or None]
+        self._seen = []
 
     def prune(self, now):
         """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
@@ -128,7 +132,7 @@ class RateLimiter:
                 self._seen.remove(mine)
                 self._seen.append(mine)
         else:
-            mine = [who, now, 0]
+            mine = [who, now, 0, None]
             self._seen.append(mine)
             if len(self._seen) > self.seen_max:
                 self._seen.pop(0)
@@ -142,22 +146,9 @@ class RateLimiter:
         if mine is None:
             if self._count >= self.limit:
                 return False
-        else:
-            about = 0
-            for e in self._seen:
-                if e is not mine and fresh(e[1], now, self.seen_ms):
-                    about += 1
-            floor = self.limit // (about + 1) if about else self.limit   # the others and who
-            if self._count >= self.limit and (mine[2] >= floor or not self._reclaim(mine, floor)):
-                return False
-            if about:
-                if mine[2] >= floor:
-                    unused = 0
-                    for e in self._seen:
-                        if e is not mine and fresh(e[1], now, self.seen_ms) and e[2] < floor:
-                            unused += floor - e[2]
-                    if self._count + 1 + unused > self.limit:
-                        return False                # beyond its floor, and the rest is the others'
+        elif not self._may(mine, now):
+            mine[3] = now              # refused: a flooder for the next window
+            return False
         at = (self._head + self._count) % self.limit
         self._times[at] = now
         self._who[at] = who
@@ -166,14 +157,51 @@ class RateLimiter:
             mine[2] += 1
         return True
 
-    def _reclaim(self, mine, floor):
-        """The window is full and mine is below its floor: the heaviest address above its floor gives up its oldest
-        stamp (the addresses about changed faster than the window: stamps taken under larger floors). False when
-        nobody is above the floor. The window then counts one request fewer than were served: bounded by the
-        floors, so at most limit more per window however the addresses come and go."""
+    def _flooding(self, e, now):
+        """True for an address refused within the window."""
+        return e[3] is not None and fresh(e[3], now, self.window_ms)
+
+    def _floors(self, mine, now):
+        """(share of a polite address, share of a flooding one); (limit, limit) while mine is alone."""
+        polite = 0
+        floods = 0
+        for e in self._seen:
+            if e is mine or fresh(e[1], now, self.seen_ms):
+                if self._flooding(e, now):
+                    floods += 1
+                else:
+                    polite += 1
+        if polite + floods <= 1:
+            return self.limit, self.limit
+        share = self.limit // (polite + (1 if floods else 0))
+        return share, (share // floods if floods else 0)
+
+    def _may(self, mine, now):
+        """Whether mine may take one more stamp: below its floor (taking a flooder's place in a full window), or
+        beyond it as far as the floors the others have not used leave room."""
+        share, fshare = self._floors(mine, now)
+        floor = fshare if self._flooding(mine, now) else share
+        if self._count >= self.limit and (mine[2] >= floor or not self._reclaim(mine, now, share, fshare)):
+            return False
+        if mine[2] < floor or floor == self.limit:
+            return True
+        unused = 0
+        for e in self._seen:
+            if e is not mine and fresh(e[1], now, self.seen_ms):
+                f = fshare if self._flooding(e, now) else share
+                if e[2] < f:
+                    unused += f - e[2]
+        return self._count + 1 + unused <= self.limit
+
+    def _reclaim(self, mine, now, share, fshare):
+        """The window is full and mine is below its floor: the heaviest address above its own floor gives up its
+        oldest stamp (the addresses about changed faster than the window: stamps taken under larger floors).
+        False when nobody is above its floor. The window then counts one request fewer than were served: bounded
+        by the floors, so at most limit more per window however the addresses come and go."""
         worst = None
         for e in self._seen:
-            if e is not mine and e[2] > floor and (worst is None or e[2] > worst[2]):
+            if e is not mine and e[2] > (fshare if self._flooding(e, now) else share) and \
+                    (worst is None or e[2] > worst[2]):
                 worst = e
         if worst is None:
             return False
