@@ -133,3 +133,5 @@ def test_alive_answers_every_probe_while_every_other_socket_is_held(everything_o
     assert results == [200] * 20, results
     info = host.get("/api/v1/system/info")[1]
     assert "budget_refused" in str(info), info   # the openings that would have left HTTP short were refused
+    http = {e["name"]: e["value"] for e in info["http"]}
+    assert http["sockets_refused"] > 0 and 0 < http["sockets_held"] <= 8

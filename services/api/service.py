@@ -449,4 +449,8 @@ class HttpApi(Module):
         if self._server is not None:
             d.update(self._server.counters)
             d["open_connections"] = self._server.connections()
+        budget = getattr(self._app, "sockets", None)
+        if budget is not None:   # core/sockbudget.py: sockets the firmware holds now, openings refused for HTTP's sake
+            d["sockets_held"] = budget.held()
+            d["sockets_refused"] = budget.refused
         return d
