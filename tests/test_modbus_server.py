@@ -686,7 +686,8 @@ def test_two_addresses_asking_rarely_give_way_to_a_newcomer(quiet_srv):
         ha.close()
 
 
-def test_a_polling_client_keeps_its_slot_while_idlers_from_two_addresses_reconnect(quiet_srv):
+@pytest.mark.parametrize("addresses", [1, 2, 8])
+def test_a_polling_client_keeps_its_slot_while_idlers_from_other_addresses_reconnect(quiet_srv, addresses):
     h = quiet_srv
     now = ticks_ms()
     ha = raw_from(h, "127.0.0.1")
@@ -694,7 +695,7 @@ def test_a_polling_client_keeps_its_slot_while_idlers_from_two_addresses_reconne
     try:
         for i in range(12):                            # a minute: HA asks every 5 s, idlers keep connecting
             t = ticks_add(now, i * 5000)
-            idlers.append(raw_from(h, "127.0.0.%d" % (2 + i % 2)))
+            idlers.append(raw_from(h, "127.0.0.%d" % (2 + i % addresses)))
             _poll(h, t)
             assert _ask(h, ha, i + 1, ticks_add(t, 10)), i
         assert h.server.counters.get("shed", 0) >= 1  # the idlers took turns with each other, never HA's slot
@@ -702,3 +703,27 @@ def test_a_polling_client_keeps_its_slot_while_idlers_from_two_addresses_reconne
         ha.close()
         for s in idlers:
             s.close()
+
+
+class _NoRoom:
+    """A socket budget with no room left beside HTTP's three (core/sockbudget.py)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def may_take(self, n=1, from_http=0):
+        self.asked += 1
+        return False
+
+
+def test_a_newcomer_that_would_leave_http_short_is_closed_and_an_idle_poll_asks_nothing(quiet_srv):
+    h = quiet_srv
+    budget = h.server.budget = _NoRoom()
+    now = ticks_ms()
+    for _ in range(5):
+        h.server.poll(now)
+    assert budget.asked == 0                           # nobody came: the budget is not even asked
+    s = raw_from(h, "127.0.0.2")
+    _poll(h, now)
+    assert closed_by_peer(s) and h.server.counters["budget_refused"] == 1 and h.server.active_connections() == 0
+    s.close()

@@ -244,16 +244,20 @@ class ModbusServer(Module):
         self.state = WARN if self.map.overflow else OK
 
     def _accept(self, now_ms):
-        if self.budget is not None and not self.budget.may_take():
-            # Accepting (even to refuse) would take a socket HTTP needs for its listener and two clients: the
-            # newcomer waits in the listen backlog (one place; further SYNs are refused by the stack).
-            self.count("budget_refused")
-            return
         try:
             sock, addr = self._listen.accept()
         except OSError as exc:
             if exc.errno != errno.EAGAIN:
                 self.count("accept_errors")   # e.g. out of sockets (ENFILE): the peer sees a reset
+            return
+        if self.budget is not None and not self.budget.may_take():
+            # Keeping it would leave HTTP short of its listener and two clients: closed within this poll (asked
+            # after accept, so an idle poll costs no budget count; the momentary socket is back before HTTP polls).
+            self.count("budget_refused")
+            try:
+                sock.close()
+            except OSError:
+                pass
             return
         free = None
         for c in self._clients:
