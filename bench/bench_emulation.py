@@ -161,7 +161,7 @@ def measure(count):
                 if on:
                     sources = iter(range(10 ** 9))
 
-                    def udp_sample():
+                    def udp_sample(sources=sources):
                         # 50 asks a second from one address would be over the listener's per-source limit (4 a
                         # second, issue 26): the probe takes turns among 16 loopback addresses (~3 a second each)
                         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
