@@ -104,10 +104,11 @@ class SocketBudget:
             n += self._held_by(name)
         return n
 
-    def may_take(self, n=1, from_http=0):
-        """True when n more sockets (n=0 with from_http=1: one of HTTP's moves to another holder, the WebSocket
-        after its 101) leave HTTP its listener and two clients; a refusal is counted."""
-        http = self._held_by("http") - from_http
+    def may_take(self, n=1):
+        """True when n more sockets leave HTTP its listener and two clients; a refusal is counted. (The WebSocket
+        taking over an HTTP connection after its 101 asks for 1: the HTTP server no longer counts a connection it
+        is handing over.)"""
+        http = self._held_by("http")
         short = self.keep - http if http < self.keep else 0
         if self.held() + n + short <= self.total:
             return True

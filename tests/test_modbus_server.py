@@ -711,7 +711,7 @@ class _NoRoom:
     def __init__(self):
         self.asked = 0
 
-    def may_take(self, n=1, from_http=0):
+    def may_take(self, n=1):
         self.asked += 1
         return False
 

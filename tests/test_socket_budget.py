@@ -75,10 +75,10 @@ def test_the_runtime_budget_leaves_http_its_three():
     assert budget.may_take()                    # 5 held + 1 + HTTP's 2 = 8
     app.modbus.n = 2
     assert not budget.may_take() and budget.refused == 1
-    app.http.n = 3                              # HTTP holds its three: the WebSocket takes one of them over
+    app.http.n = 2                              # a WebSocket being handed over no longer counts as HTTP's
     app.modbus.n = 1
-    assert budget.held() == 7
-    assert budget.may_take(0, from_http=1)     # 7 held, HTTP then holds 2: one free left for its second client
+    assert budget.held() == 6
+    assert budget.may_take()                   # 6 held + the session, HTTP 2: one free left for its second client
     app.modbus.n = 2
-    assert not budget.may_take(0, from_http=1)
-    assert budget.describe() == {"held": 8, "total": 8, "refused": 2}
+    assert not budget.may_take()
+    assert budget.describe() == {"held": 7, "total": 8, "refused": 2}

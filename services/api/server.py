@@ -130,6 +130,7 @@ class HardenedServer(Server):
         self._log = log
         self._conns = []
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
+        self._handing = None       # the connection whose socket take_over is getting: no longer the server's
         self.counters = {}
 
     def _count(self, key):
@@ -162,8 +163,11 @@ class HardenedServer(Server):
             Server.stop(self)
 
     def connections(self):
-        """Connections currently open."""
-        return len(self._conns)
+        """Connections currently open (one being handed over to its taker no longer counts)."""
+        n = len(self._conns)
+        if self._handing is not None and self._handing in self._conns:
+            n -= 1
+        return n
 
     def poll(self):
         """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
@@ -196,6 +200,7 @@ class HardenedServer(Server):
         """Close a connection (or hand it to its taker once the whole answer went out) and run its after_sent once."""
         take, c.take_over = c.take_over, None
         if take is not None and c.phase == _SEND and c.sent >= len(c.out) and c.chunks is None:
+            self._handing = c          # the socket budget counts it as the taker's from here (core/sockbudget.py)
             try:
                 take(c.sock, c.addr)   # e.g. a WebSocket after its 101: the slot is free, the socket lives on
                 self._count("handed_over")
@@ -204,6 +209,7 @@ class HardenedServer(Server):
                 self._close(c)
                 if self._log is not None:
                     self._log.error("http take_over: %s %s", type(exc).__name__, exc)
+            self._handing = None
         else:
             self._close(c)
         if c.after is not None:

@@ -63,10 +63,10 @@ class ShellyWs(Module):
         except OSError:
             close_quietly(sock)
             return
-        if len(self._sessions) < self.max_sessions and self.budget is not None and \
-                not self.budget.may_take(0, from_http=1):
-            # The socket moves from HTTP to this session: refused when HTTP would then lack its listener and two
-            # clients (a replacing newcomer frees the socket of the session it replaces, so it needs no check).
+        if len(self._sessions) < self.max_sessions and self.budget is not None and not self.budget.may_take():
+            # The socket moves from HTTP (which no longer counts it while handing it over) to this session: refused
+            # when HTTP would then lack its listener and two clients (a newcomer that replaces a session frees that
+            # one's socket, so it needs no check).
             self.count("budget_refused")
             close_quietly(sock)
             return
