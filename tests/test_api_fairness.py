@@ -188,3 +188,57 @@ def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_pa
                 t.join(10)
     assert 429 in flood                             # the flood was limited
     assert statuses == [200] * 10, statuses
+
+
+# --- the connection level: flooding addresses that hold, trickle and hammer; the owner's page still loads -------
+
+def _hostile(source, port, stop, style):
+    import time
+
+    while not stop.is_set():
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((source, 0))
+            s.settimeout(2)
+            s.connect(("127.0.0.1", port))
+            if style == "idle":                   # connect and say nothing
+                s.recv(1)
+            elif style == "loris":                # a byte every 50 ms
+                for b in b"GET /index.html HTTP/1.1\r\nHost: x\r\n":
+                    if stop.is_set():
+                        break
+                    s.send(bytes((b,)))
+                    time.sleep(0.05)
+            else:                                 # whole requests as fast as they are answered
+                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                s.recv(4096)
+        except OSError:
+            time.sleep(0.01)
+        finally:
+            s.close()
+
+
+@pytest.mark.parametrize("flooders", [2, 8])
+def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hammer(tmp_path, flooders):
+    import threading
+    import time
+
+    from tests.inproc import api_in_thread
+
+    stop = threading.Event()
+    with api_in_thread(_rpc_app(tmp_path), [_Rpc()]) as port:
+        threads = [threading.Thread(target=_hostile, args=("127.0.0.%d" % (2 + i), port, stop, style), daemon=True)
+                   for i in range(flooders) for style in ("idle", "loris", "hammer")]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(1)
+            statuses = []
+            for _ in range(8):                      # the owner opens the page every 2 s
+                statuses.append(_get_from("127.0.0.1", port, "/index.html"))
+                time.sleep(2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+    assert statuses == [200] * 8, statuses

@@ -115,6 +115,9 @@ class HardenedServer(Server):
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
     send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
+    bad_ms = 10000             # an address whose connection stalled or ran out of time this recently is a "stalling"
+    #                            one: a newcomer of another address may take its receiving connection's slot
+    bad_peers = 8              # stalling addresses remembered (a fixed table, the oldest entry gives its place)
     accept_every_ms = 0        # > 0: while no client is connected, the listener is asked only this often (an empty
     #                            accept() raises EAGAIN, and an exception is heap garbage); HttpApi sets it
 
@@ -131,6 +134,8 @@ class HardenedServer(Server):
         self._conns = []
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
         self._handing = None       # the connection whose socket take_over is getting: no longer the server's
+        self._bad_peer = [None] * self.bad_peers   # addresses whose connections stalled or timed out, and when
+        self._bad_at = [0] * self.bad_peers
         self.counters = {}
 
     def _count(self, key):
@@ -265,7 +270,50 @@ class HardenedServer(Server):
                 return c.peer
         return None
 
+    def _mark_stalling(self, peer, now):
+        """Remember that a connection of peer stalled or ran out of time (fixed table, oldest entry replaced)."""
+        if peer is None:
+            return
+        slot = 0
+        oldest = -1
+        for i in range(self.bad_peers):
+            if self._bad_peer[i] == peer:
+                slot = i
+                break
+            age = elapsed(now, self._bad_at[i]) if self._bad_peer[i] is not None else _LONG_AGO + 1
+            if age > oldest:
+                slot, oldest = i, age
+        self._bad_peer[slot] = peer
+        self._bad_at[slot] = now
+
+    def _stalling(self, peer, now):
+        """True when a connection of peer stalled or ran out of time within bad_ms."""
+        for i in range(self.bad_peers):
+            if self._bad_peer[i] == peer and peer is not None:
+                return elapsed(now, self._bad_at[i]) < self.bad_ms
+        return False
+
+    def _floor_victim(self, c, now):
+        """For a newcomer c still receiving, whose address holds no slot and has not stalled: the oldest receiving
+        connection of a stalling address (its floor: one slot per address that behaves, whatever the others
+        hold), else None."""
+        if self._stalling(c.peer, now):
+            return None
+        for d in self._conns:
+            if d.peer == c.peer:
+                return None
+        worst = None
+        worst_age = -1
+        for d in self._conns:
+            if d.phase == _RECV and self._stalling(d.peer, now):
+                age = elapsed(now, d.since)
+                if age > worst_age:
+                    worst, worst_age = d, age
+        return worst
+
     def _evict(self, c):
+        if c.phase == _RECV:
+            self._mark_stalling(c.peer, self._ticks())   # shed for a newcomer while it had not said its request
         self._conns.remove(c)
         self._finish(c)
         self._count("evicted")
@@ -326,6 +374,8 @@ class HardenedServer(Server):
                 victim = self._victim(now, hog, receiving=True)
         if victim is None and answering:
             victim = self._victim(now, receiving=True)
+        if victim is None and not answering:
+            victim = self._floor_victim(c, now)
         return victim is not None, victim
 
     def _admit(self, c, now):
@@ -365,6 +415,7 @@ class HardenedServer(Server):
             # max_body_bytes, so starving lasts a few polls, and a trickling client runs dry every poll.
             if c.phase == _RECV and not c.starved and elapsed(now, c.since) >= c.limit:
                 self._count("recv_timeouts")
+                self._mark_stalling(c.peer, now)
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
                 self._answer_error(c, 408, "Request timeout", now)

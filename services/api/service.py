@@ -237,8 +237,9 @@ class HttpApi(Module):
     alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
     page_budget = 10              # page and static-file requests per window: a budget of their own (_page_refused)
     emulation_budget = 30         # emulated-Shelly requests per window: two batteries polling once a second, + 50 %
-    unauthenticated_budget = 10   # while authentication is on: requests without a valid token per window, a budget
-    #                               of their own (404s, 401s, alive), so they never spend the token holders' budget
+    unauthenticated_share = 40    # while authentication is on, requests without a valid token (404s, 401s, alive) have
+    #                               a budget of their own, this percentage of the API's (10 of 25 per window), so they
+    #                               never spend the token holders' budget
     accept_every_ms = 10          # an idle listener is asked this often (HardenedServer.accept_every_ms)
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
@@ -257,6 +258,7 @@ class HttpApi(Module):
         self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
         self.page_limiter = RateLimiter(self.page_budget, rate_window_ms)
         self.emulation_limiter = RateLimiter(self.emulation_budget, rate_window_ms)
+        self.unauthenticated_budget = max(1, rate_limit * self.unauthenticated_share // 100)
         self.unauthenticated_limiter = RateLimiter(self.unauthenticated_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
