@@ -256,6 +256,7 @@ pool = Pool()
 settings = Settings({"emulation.shelly": True, "emulation.shellyUdpPort": 1010, "emulation.shellyUdpPort2": 2220,
                      "emulation.sma": True, "emulation.smaTargets": ""})
 udp = ShellyUdp(pool, bus, settings, Identity("a0b1c2d3e4f5", "Meter Plus", "0.1.0"))
+udp.per_source = udp.total_per_s = 1000   # the cost of an answer is measured, not the per-source limit (issue 26)
 udp.poll(0)
 sma = SmaSender(pool, bus, settings, "a0b1c2d3e4f5")
 sma.start()

@@ -2,11 +2,17 @@
 
 from adafruit_ticks import ticks_diff
 
+from micropython import const
+
 from core.ipv4 import parse_ipv4
 from core.module import Module
 from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc
 from services.emulation.meter_view import view
+
+
+_LONG_AGO = const(1 << 28)      # what _age says of a stamp ticks_diff cannot place (small ints: < 2**30)
+_EMPTY = const((1 << 28) + 1)   # an empty row of the peer table: older than any
 
 
 def own_addresses(radio):
@@ -141,7 +147,7 @@ class ShellyUdp(Module):
             if self._peer_ip[i] == ip:
                 slot = i
                 break
-            age = _age(now_ms, self._peer_heard[i]) if self._peer_ip[i] is not None else 1 << 30
+            age = _age(now_ms, self._peer_heard[i]) if self._peer_ip[i] is not None else _EMPTY
             if age > oldest_age:
                 oldest, oldest_age = i, age
         if slot < 0:
@@ -270,4 +276,4 @@ class ShellyUdp(Module):
 def _age(now_ms, stamp):
     """Milliseconds since stamp; a stamp ticks_diff cannot place (or from the future) counts as long ago."""
     d = ticks_diff(now_ms, stamp)
-    return d if d >= 0 else 1 << 29
+    return d if d >= 0 else _LONG_AGO
