@@ -174,3 +174,76 @@ def test_the_battery_is_answered_every_time_beside_flooding_addresses(flooders):
         r.close()
     assert r.error is None, r.error
     assert answered == 15, (answered, r.udp.counters)
+
+
+VM_CODE = r"""
+import errno
+from core import sockbudget
+from core.bus import Bus
+from meter.reading import Reading
+from services.emulation.shelly_rpc import Identity
+from services.emulation.shelly_udp import ShellyUdp
+
+class Sock:
+    def __init__(self):
+        self.inbox = []
+        self.sent = []
+    def setblocking(self, flag):
+        pass
+    def bind(self, addr):
+        pass
+    def recvfrom_into(self, buf):
+        if not self.inbox:
+            raise OSError(errno.EAGAIN)
+        data, addr = self.inbox.pop(0)
+        buf[:len(data)] = data
+        return len(data), addr
+    def sendto(self, data, addr):
+        self.sent.append(addr)
+        return len(data)
+    def close(self):
+        pass
+
+class Pool:
+    AF_INET = SOCK_DGRAM = 2
+    def __init__(self):
+        self.made = []
+    def socket(self, a, b):
+        s = Sock()
+        self.made.append(s)
+        return s
+
+class Settings:
+    def __init__(self, d):
+        self.d = d
+    def get(self, k, default=None):
+        return self.d.get(k, default)
+
+bus = Bus()
+bus.publish("reading", Reading(0, {"1.8.0": (1000, 0), "16.7.0": (250, 0)}))
+pool = Pool()
+udp = ShellyUdp(pool, bus, Settings({"emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+                                      "emulation.shellyUdpPort2": 0}), Identity("a0b1c2d3e4f5", "M", "0.1.0"),
+                own=lambda: ("192.168.1.20", "255.255.255.0", None, None))
+udp.poll(0)
+REQ = b'{"id":1,"method":"EM.GetStatus","params":{"id":0}}'
+sock = pool.made[0]
+for _ in range(20):
+    sock.inbox.append((REQ, ("10.0.0.9", 5000)))
+for a in ("255.255.255.255", "192.168.1.255", "224.0.0.251", "192.168.1.20"):
+    sock.inbox.append((REQ, (a, 1010)))
+for t in range(1, 12):
+    udp.poll(t * 25)
+print("udp", len(sock.sent), udp.counters.get("source_limited"), udp.counters.get("bad_sender"))
+get = {"mqtt.enable": True, "modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+       "emulation.shellyUdpPort2": 2220, "emulation.sma": True}.get
+print("budget", sockbudget.worst_case(get), sockbudget.problem(get, ("emulation.sma",))[0])
+"""
+
+
+def test_the_limits_and_the_budget_inside_micropython():
+    from tools.mpvm import MicroVM
+
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        out, _fuel = vm.run(VM_CODE)
+    assert out.strip().splitlines() == ["udp 4 16 4", "budget 12 emulation.sma"], out
