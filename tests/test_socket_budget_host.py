@@ -4,6 +4,7 @@ finding 1). Behaviour only; the times are the bench's (make bench-device ARGS=ho
 import base64
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -90,6 +91,7 @@ def everything_on(tmp_path_factory):
     udp_port = free_port()
     # Written straight to the drive: the settings page would refuse this much (the access point's DNS on top of
     # MQTT, Modbus, a Shelly UDP port and SMA), as a document of an older firmware or a restore may still hold it.
+    # No home WiFi: the access point runs (factory state) and its captive DNS holds a socket too.
     settings = {"mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port},
                 "modbus": {"enable": True},
                 "emulation": {"shelly": True, "shellyUdpPort": udp_port, "shellyUdpPort2": 0, "sma": True},
@@ -112,10 +114,56 @@ def _battery_answered(udp_port):
         u.close()
 
 
+def _modbus_read(host):
+    """One FC 3 read of the SunSpec marker on a fresh connection: True when answered."""
+    try:
+        with socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3) as s:
+            s.sendall(struct.pack(">HHHBBHH", 1, 0, 6, 1, 3, 40000, 2))
+            return s.recv(64)[9:13] == b"SunS"
+    except OSError:
+        return False
+
+
+def _ws_answers(host):
+    """A WebSocket upgrade on /rpc and one Shelly.GetStatus over it: True when answered."""
+    try:
+        s = socket.create_connection(("127.0.0.1", host.port), timeout=3)
+    except OSError:
+        return False
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (host.port, key)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            got = s.recv(4096)
+            if not got:
+                return False
+            head += got
+        if not head.startswith(b"HTTP/1.1 101"):
+            return False
+        payload = b'{"id":1,"src":"t","method":"Shelly.GetDeviceInfo"}'
+        mask = b"\x01\x02\x03\x04"
+        s.sendall(bytes((0x81, 0x80 | len(payload))) + mask + bytes(b ^ mask[i & 3] for i, b in enumerate(payload)))
+        data = head.split(b"\r\n\r\n", 1)[1]
+        while b"a0b1" not in data and b"shellypro3em" not in data:
+            got = s.recv(4096)
+            if not got:
+                return False
+            data += got
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def test_alive_answers_every_probe_while_every_other_socket_is_held(everything_on):
     host, udp_port = everything_on
     host.wait_reading()
     host.wait_for(lambda: _battery_answered(udp_port), timeout=30)     # the emulation is up and holds its socket
+    # Over the budget (the access point's DNS holds the floating socket): no Modbus client is kept
+    assert not _modbus_read(host)
     hostile = Hostile(host, udp_port).start()
     try:
         time.sleep(2)
@@ -135,3 +183,36 @@ def test_alive_answers_every_probe_while_every_other_socket_is_held(everything_o
     assert "budget_refused" in str(info), info   # the openings that would have left HTTP short were refused
     http = {e["name"]: e["value"] for e in info["http"]}
     assert http["sockets_refused"] > 0 and 0 < http["sockets_held"] <= 8
+
+
+def test_what_fits_is_served_one_floating_socket_at_a_time(tmp_path_factory):
+    """MQTT, Modbus, one Shelly UDP port and SMA: 4 standing sockets, HTTP's 3 and 1 floating. A Modbus client is
+    served on it, and once it leaves a WebSocket session; while the session holds it, a Modbus client is not (the
+    holders count right: nothing is refused for nothing, nothing is let in that HTTP needs)."""
+    folder = tmp_path_factory.mktemp("fits")
+    broker = Broker(str(folder / "broker")).start()
+    udp_port = free_port()
+    # Joined to the home WiFi (the host stand-in's network): no access point, so no captive DNS socket.
+    settings = {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
+                "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port}, "modbus": {"enable": True},
+                "emulation": {"shelly": True, "shellyUdpPort": udp_port, "shellyUdpPort2": 0, "sma": True}}
+    host = HostProcess(folder / "drive", settings=settings, args=("--mdns-port", str(free_port()))).start()
+    try:
+        host.wait_for(lambda: _battery_answered(udp_port), timeout=30)
+        assert host.wait_for(lambda: _modbus_read(host), timeout=30)
+        assert host.wait_for(lambda: _ws_answers(host), timeout=30)
+        s = socket.create_connection(("127.0.0.1", host.port), timeout=3)     # a session that stays
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (host.port, key)).encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 101")
+        time.sleep(0.5)
+        try:
+            assert not _modbus_read(host)                                       # the floating socket is taken
+            assert http_request(host.url + "/api/v1/system/alive", timeout=5, retry_429_for=0)[0] == 200
+        finally:
+            s.close()
+        assert host.wait_for(lambda: _modbus_read(host), timeout=30)          # and comes back
+    finally:
+        host.stop()
+        broker.stop()
