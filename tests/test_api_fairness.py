@@ -157,6 +157,7 @@ def _get_from(source, port, path, timeout=5):
         c.close()
 
 
+@pytest.mark.slow   # 20 s of flooding per case, in real time
 @pytest.mark.parametrize("flooders", [1, 2, 8])
 def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_path, flooders):
     import threading
@@ -218,6 +219,7 @@ def _hostile(source, port, stop, style):
             s.close()
 
 
+@pytest.mark.slow   # 16 s of flooding per case, in real time
 @pytest.mark.parametrize("flooders", [2, 8])
 def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hammer(tmp_path, flooders):
     import threading

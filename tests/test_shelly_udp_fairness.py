@@ -142,6 +142,7 @@ def _flood(source, port, stop, rate):
     s.close()
 
 
+@pytest.mark.slow   # 5 s of flooding per case, in real time
 @pytest.mark.parametrize("flooders", [1, 2, 8])
 def test_the_battery_is_answered_every_time_beside_flooding_addresses(flooders):
     """1,000 datagrams a second in all (the audit's flood was ~260 from one host), shared by the flooders."""
