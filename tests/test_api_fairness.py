@@ -244,3 +244,16 @@ def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hamme
             for t in threads:
                 t.join(10)
     assert statuses == [200] * 8, statuses
+
+
+def test_an_address_that_left_the_table_and_came_back_is_counted_with_its_stamps():
+    rl = RateLimiter(25, 10000)
+    assert all(rl.allow(i, "10.0.0.1") for i in range(5))
+    for i in range(RateLimiter.seen_max):          # twelve others push it out of the table
+        rl.allow(10 + i, "10.1.0.%d" % i)
+    assert "10.0.0.1" not in [e[0] for e in rl._seen]
+    for t in (100, 9000, 10050, 10100):             # back while its old stamps are in the window, and after
+        rl.allow(t, "10.0.0.1")
+        rl.prune(t)
+        row = [e[2] for e in rl._seen if e[0] == "10.0.0.1"]
+        assert row == [rl.held("10.0.0.1")], (t, row)

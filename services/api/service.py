@@ -101,7 +101,8 @@ class RateLimiter:
             if who is not None:
                 for e in self._seen:
                     if e[0] == who:
-                        e[2] -= 1
+                        if e[2] > 0:
+                            e[2] -= 1
                         break
             self._who[self._head] = None
             self._head = (self._head + 1) % self.limit
@@ -132,7 +133,7 @@ class RateLimiter:
                 self._seen.remove(mine)
                 self._seen.append(mine)
         else:
-            mine = [who, now, 0, None]
+            mine = [who, now, self.held(who), None]   # its stamps still in the window, if it left the table
             self._seen.append(mine)
             if len(self._seen) > self.seen_max:
                 self._seen.pop(0)
