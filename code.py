@@ -39,6 +39,7 @@ from core.bus import Bus
 from core.heap import FreeHeap
 from core.log import Log
 from core.modules import unload
+from core.sockbudget import SocketBudget
 from core.settings import Settings
 from core.supervisor import Supervisor
 from drivers.button import Button
@@ -111,6 +112,7 @@ def build_core():
     button_io.switch_to_input(pull=digitalio.Pull.UP)
     sup.add(Button(button_io, bus))
     app.pool = socketpool.SocketPool(wifi.radio)
+    app.sockets = SocketBudget(app)
     try:
         import espidf  # the largest free block of the heap, for /system/info
 

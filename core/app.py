@@ -39,6 +39,7 @@ class App:
         self.heap_largest = None  # callable: the largest free block (espidf), or None
         # What the features' wiring entries (services/*/wiring.py) share while code.py builds them:
         self.pool = None        # socketpool.SocketPool
+        self.sockets = None     # core.sockbudget.SocketBudget: asked before a feature takes one more socket
         self.routes = []        # route modules: each has routes(app) -> [Route]; the HTTP server starts with them
         self.flushables = []    # services that buffer writes to the flash (flush() on reboot, button, reset)
         self.env = None         # env(name, default): a settings.toml value

@@ -74,6 +74,11 @@ class Clock(module.Module):
     RETRY_MS = 60 * 1000          # after a round where no server answered; doubles up to RETRY_MAX_MS
     RETRY_MAX_MS = 30 * 60 * 1000
     TIMEOUT_MS = 2000             # per server
+    budget = None                 # core.sockbudget.SocketBudget (the wiring sets it): asked before a round's socket
+
+    def sockets_held(self):
+        """1 while an NTP round holds its socket (core/sockbudget.py)."""
+        return 0 if self._sock is None else 1
     REANCHOR_MS = 60 * 60 * 1000  # keeps ticks differences far below adafruit_ticks' 2**28 ms limit
     MIN_EPOCH = 1767225600        # 2026-01-01: an answer before this firmware existed is a broken server
     TABLE = tz.TABLE
@@ -252,6 +257,11 @@ class Clock(module.Module):
             return
         try:
             if self._sock is None:
+                if self.budget is not None and not self.budget.may_take():
+                    # HTTP keeps its listener and two clients: this round waits for a free socket
+                    self.count("budget_refused")
+                    self._next_server(now_ms)
+                    return
                 self._sock = self.pool.socket(self.pool.AF_INET, self.pool.SOCK_DGRAM)
                 self._sock.setblocking(False)
             self._drain()

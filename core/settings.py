@@ -7,6 +7,7 @@ from core.ipv4 import dotted as _dotted, host_reason as _host_reason, parse_ipv4
     prefix_len as _prefix_len
 from core.durable_file import names
 from core.json_store import read_json_file, write_atomic
+from core.sockbudget import problem as _socket_problem
 from core.text import ascii_printable as _ascii_printable, escaped as _escaped, is_hostname as _is_hostname, \
     join_surrogates as _unicode, printable as _printable
 from core.url import split_url
@@ -269,6 +270,11 @@ def _set(tree, dotted, value):
     node[parts[-1]] = value
 
 
+# Keys that decide which features hold sockets all the time (core/sockbudget.py standing()).
+_SOCKET_KEYS = ("mqtt.enable", "modbus.enable", "emulation.shelly", "emulation.shellyUdpPort",
+                "emulation.shellyUdpPort2", "emulation.sma", "accessPoint.enable")
+
+
 def _address_errors(doc, base, errors):
     """Add to errors what makes the static addressing of one WiFi profile (base "wifi.primary.") unusable.
 
@@ -474,6 +480,14 @@ class Settings:
         if ("mqtt.enable" in flat or "mqtt.host" in flat) and _get(doc, "mqtt.enable") and not _get(doc, "mqtt.host"):
             if "mqtt.host" not in errors:
                 errors["mqtt.host"] = "required when mqtt.enable is true"
+        for key in _SOCKET_KEYS:
+            if key in flat:
+                # Checked only when the request touches a feature that holds sockets: a stored document of an
+                # older firmware that does not fit still takes other changes (the run-time budget protects HTTP).
+                found = _socket_problem(lambda k, d=None: _get(doc, k), flat)
+                if found is not None and found[0] not in errors:
+                    errors[found[0]] = found[1]
+                break
 
     def commit(self, doc):
         """Persist doc atomically, then make it the live document."""

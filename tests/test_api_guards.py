@@ -137,10 +137,16 @@ def test_what_counts_404_405_401_and_alive(api):
                           body=b'{"new_write_token": "x"}') == 409
     write = _first_pair(api)  # 22 requests so far
     api.app.settings.update({"api_auth_required": True})
-    for _ in range(3):
-        assert api.status("GET", "/api/v1/settings") == 401  # failed authentication counts: guessing is throttled
-    assert api.status("GET", "/api/v1/settings", headers={"Authorization": "Bearer " + write}) == 429
+    # Failed authentication counts, on a budget of its own (issue 26, finding 4): guessing is throttled, and
+    # token-free requests (401s, 404s, a wrong token) never spend what the token holders have left.
+    free = api.api.unauthenticated_budget
+    assert free == 10                                   # 40 % of the API's 25
+    assert [api.status("GET", "/api/v1/settings") for _ in range(free)] == [401] * free
+    assert api.status("GET", "/api/v1/settings", headers={"Authorization": "Bearer " + "0" * 64}) == 429
     assert api.status("GET", "/api/v1/nothing") == 429  # routing comes after the limit
+    assert api.status("GET", "/api/v1/settings", headers={"Authorization": "Bearer " + write}) == 200
+    assert [api.status("GET", "/api/v1/settings", headers={"Authorization": "Bearer " + write})
+            for _ in range(3)] == [200, 200, 429]            # the token holders' own 25
 
 
 def _first_pair(api):

@@ -576,3 +576,32 @@ def test_an_error_with_fields_is_the_same_bytes_whatever_the_dict_order():
     assert body == (b'{"error": "Invalid settings", "code": "invalid_fields", '
                     b'"fields": {"a.key": "ung\\u00fcltig \\"x\\"", "z.key": "zu lang"}}')
     assert json.loads(body)["fields"] == {"z.key": "zu lang", "a.key": 'ungültig "x"'}
+
+
+def test_a_connection_being_handed_over_is_no_longer_counted_as_the_servers():
+    """The socket budget (core/sockbudget.py) asks HttpApi how many sockets HTTP holds while the WebSocket takes
+    one over: the one being handed over must count as the taker's, whether it held a slot or was answered on the
+    spot as a newcomer."""
+    seen = []
+
+    def upgrade(request):
+        def take(sock, addr):
+            seen.append(h.server.connections())
+            sock.close()
+        request.take_over = take
+        return Response(request, "", status=(101, "Switching Protocols"))
+
+    h = Harness([Route("/ws", GET, upgrade)])
+    try:
+        idle = h.connect()                                  # one slot held by a client still sending its request
+        idle.sendall(b"GET /ws HTTP/1.1\r\n")
+        h.poll(2)
+        s = h.connect()
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_all(s, h)
+        assert seen and seen[-1] == 1                       # only the idle one is the server's
+        idle.sendall(b"Host: x\r\n\r\n")
+        read_all(idle, h)
+        assert seen[-1] == 0
+    finally:
+        h.stop()

@@ -591,7 +591,7 @@ def test_two_idle_connections_cannot_lock_a_third_client_out(srv):
         b.sendall(read_req(2, BASE, 1))
         assert len(recv_exact(b, 11)) == 11
         last = sorted(c.last_ms for c in srv.server._clients if c.sock is not None)
-        srv.now_ms = ticks_add(last[-1], 30000)           # both idle, but only 30 s: a newcomer is refused
+        srv.now_ms = ticks_add(last[-1], 5000)            # both asked 5 s ago: a newcomer is refused
         srv.settle()
         early = ModbusTcpClient("127.0.0.1", port=srv.port, timeout=2, retries=0, reconnect_delay=0)
         early.connect()
@@ -600,7 +600,7 @@ def test_two_idle_connections_cannot_lock_a_third_client_out(srv):
             if rr.isError():
                 raise ModbusIOException("error reply")
         early.close()
-        srv.now_ms = ticks_add(last[-1], 61000)           # now a minute idle: the newcomer gets a slot
+        srv.now_ms = ticks_add(last[-1], 46000)           # 46 s quiet (shed_idle_ms 45 s): the newcomer gets a slot
         srv.settle()
         third = client(srv)
         assert not third.read_holding_registers(BASE, count=2).isError()
@@ -614,3 +614,116 @@ def test_two_idle_connections_cannot_lock_a_third_client_out(srv):
     finally:
         a.close()
         b.close()
+
+
+# --- fairness between addresses (issue 26, finding 2) -------------------------------------------
+
+def raw_from(h, source):
+    """A connection from another loopback address (127.0.0.x works on Linux)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((source, 0))
+    s.settimeout(2)
+    s.connect(("127.0.0.1", h.port))
+    return s
+
+
+def _poll(h, now, times=3):
+    for _ in range(times):
+        time.sleep(0.02)
+        h.server.poll(now)
+
+
+def _ask(h, s, tid, now):
+    s.sendall(read_req(tid, BASE, 1))
+    _poll(h, now)
+    return len(recv_exact(s, 11)) == 11
+
+
+@pytest.fixture
+def quiet_srv():
+    h = Harness(thread=False)
+    h.bus.publish("reading", Reading(ticks_ms(), dict(VALUES)))
+    yield h
+    h.close()
+    assert socketpool.open_count() == 0
+
+
+def test_one_address_cannot_hold_both_slots_while_another_waits(quiet_srv):
+    h = quiet_srv
+    now = ticks_ms()
+    a, b = raw_from(h, "127.0.0.2"), raw_from(h, "127.0.0.2")
+    try:
+        _poll(h, now)
+        assert _ask(h, a, 1, now) and _ask(h, b, 2, ticks_add(now, 100))     # both served once, a first
+        ha = raw_from(h, "127.0.0.1")
+        assert _ask(h, ha, 3, ticks_add(now, 5000))    # five seconds later, not a minute: HA gets a slot at once
+        assert h.server.counters["shed"] == 1
+        assert closed_by_peer(a)                       # the least recently served of the address with two went
+        assert _ask(h, b, 4, ticks_add(now, 5100))     # its other connection keeps being served
+    finally:
+        for s in (a, b):
+            s.close()
+        ha.close()
+
+
+def test_two_addresses_asking_rarely_give_way_to_a_newcomer(quiet_srv):
+    h = quiet_srv
+    now = ticks_ms()
+    a, b = raw_from(h, "127.0.0.2"), raw_from(h, "127.0.0.3")
+    try:
+        _poll(h, now)
+        assert _ask(h, a, 1, now) and _ask(h, b, 2, ticks_add(now, 100))
+        early = raw_from(h, "127.0.0.1")
+        _poll(h, ticks_add(now, 5000))                 # both asked within shed_idle_ms: the newcomer is refused
+        assert closed_by_peer(early)
+        early.close()
+        ha = raw_from(h, "127.0.0.1")                  # 50 s without a request (not a minute): the slot is HA's
+        assert _ask(h, ha, 3, ticks_add(now, 50000))
+        assert closed_by_peer(a) and _ask(h, b, 4, ticks_add(now, 50100))
+    finally:
+        for s in (a, b):
+            s.close()
+        ha.close()
+
+
+@pytest.mark.parametrize("addresses", [1, 2, 8])
+def test_a_polling_client_keeps_its_slot_while_idlers_from_other_addresses_reconnect(quiet_srv, addresses):
+    h = quiet_srv
+    now = ticks_ms()
+    ha = raw_from(h, "127.0.0.1")
+    idlers = []
+    try:
+        for i in range(12):                            # a minute: HA asks every 5 s, idlers keep connecting
+            t = ticks_add(now, i * 5000)
+            idlers.append(raw_from(h, "127.0.0.%d" % (2 + i % addresses)))
+            _poll(h, t)
+            assert _ask(h, ha, i + 1, ticks_add(t, 10)), i
+        assert h.server.counters.get("shed", 0) >= 1  # the idlers took turns with each other, never HA's slot
+    finally:
+        ha.close()
+        for s in idlers:
+            s.close()
+
+
+class _NoRoom:
+    """A socket budget with no room left beside HTTP's three (core/sockbudget.py)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def may_take(self, n=1):
+        self.asked += 1
+        return False
+
+
+def test_a_newcomer_that_would_leave_http_short_is_closed_and_an_idle_poll_asks_nothing(quiet_srv):
+    h = quiet_srv
+    budget = h.server.budget = _NoRoom()
+    now = ticks_ms()
+    for _ in range(5):
+        h.server.poll(now)
+    assert budget.asked == 0                           # nobody came: the budget is not even asked
+    s = raw_from(h, "127.0.0.2")
+    _poll(h, now)
+    assert closed_by_peer(s) and h.server.counters["budget_refused"] == 1 and h.server.active_connections() == 0
+    s.close()

@@ -115,6 +115,9 @@ class HardenedServer(Server):
     max_body_bytes = 8192      # largest accepted body (a PEM CA bundle of a few certificates); larger -> 413
     recv_per_poll = 4096       # bytes read from one connection per poll, so one client cannot hog a cycle
     send_per_poll = 4096       # bytes sent to one connection per poll (a long stream goes out over many cycles)
+    bad_ms = 10000             # an address whose connection stalled or ran out of time this recently is a "stalling"
+    #                            one: a newcomer of another address may take its receiving connection's slot
+    bad_peers = 8              # stalling addresses remembered (a fixed table, the oldest entry gives its place)
     accept_every_ms = 0        # > 0: while no client is connected, the listener is asked only this often (an empty
     #                            accept() raises EAGAIN, and an exception is heap garbage); HttpApi sets it
 
@@ -130,6 +133,9 @@ class HardenedServer(Server):
         self._log = log
         self._conns = []
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
+        self._handing = None       # the connection whose socket take_over is getting: no longer the server's
+        self._bad_peer = [None] * self.bad_peers   # addresses whose connections stalled or timed out, and when
+        self._bad_at = [0] * self.bad_peers
         self.counters = {}
 
     def _count(self, key):
@@ -162,8 +168,11 @@ class HardenedServer(Server):
             Server.stop(self)
 
     def connections(self):
-        """Connections currently open."""
-        return len(self._conns)
+        """Connections currently open (one being handed over to its taker no longer counts)."""
+        n = len(self._conns)
+        if self._handing is not None and self._handing in self._conns:
+            n -= 1
+        return n
 
     def poll(self):
         """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
@@ -196,6 +205,7 @@ class HardenedServer(Server):
         """Close a connection (or hand it to its taker once the whole answer went out) and run its after_sent once."""
         take, c.take_over = c.take_over, None
         if take is not None and c.phase == _SEND and c.sent >= len(c.out) and c.chunks is None:
+            self._handing = c          # the socket budget counts it as the taker's from here (core/sockbudget.py)
             try:
                 take(c.sock, c.addr)   # e.g. a WebSocket after its 101: the slot is free, the socket lives on
                 self._count("handed_over")
@@ -204,6 +214,7 @@ class HardenedServer(Server):
                 self._close(c)
                 if self._log is not None:
                     self._log.error("http take_over: %s %s", type(exc).__name__, exc)
+            self._handing = None
         else:
             self._close(c)
         if c.after is not None:
@@ -259,7 +270,50 @@ class HardenedServer(Server):
                 return c.peer
         return None
 
+    def _mark_stalling(self, peer, now):
+        """Remember that a connection of peer stalled or ran out of time (fixed table, oldest entry replaced)."""
+        if peer is None:
+            return
+        slot = 0
+        oldest = -1
+        for i in range(self.bad_peers):
+            if self._bad_peer[i] == peer:
+                slot = i
+                break
+            age = elapsed(now, self._bad_at[i]) if self._bad_peer[i] is not None else _LONG_AGO + 1
+            if age > oldest:
+                slot, oldest = i, age
+        self._bad_peer[slot] = peer
+        self._bad_at[slot] = now
+
+    def _stalling(self, peer, now):
+        """True when a connection of peer stalled or ran out of time within bad_ms."""
+        for i in range(self.bad_peers):
+            if self._bad_peer[i] == peer and peer is not None:
+                return elapsed(now, self._bad_at[i]) < self.bad_ms
+        return False
+
+    def _floor_victim(self, c, now):
+        """For a newcomer c still receiving, whose address holds no slot and has not stalled: the oldest receiving
+        connection of a stalling address (its floor: one slot per address that behaves, whatever the others
+        hold), else None."""
+        if self._stalling(c.peer, now):
+            return None
+        for d in self._conns:
+            if d.peer == c.peer:
+                return None
+        worst = None
+        worst_age = -1
+        for d in self._conns:
+            if d.phase == _RECV and self._stalling(d.peer, now):
+                age = elapsed(now, d.since)
+                if age > worst_age:
+                    worst, worst_age = d, age
+        return worst
+
     def _evict(self, c):
+        if c.phase == _RECV:
+            self._mark_stalling(c.peer, self._ticks())   # shed for a newcomer while it had not said its request
         self._conns.remove(c)
         self._finish(c)
         self._count("evicted")
@@ -320,6 +374,8 @@ class HardenedServer(Server):
                 victim = self._victim(now, hog, receiving=True)
         if victim is None and answering:
             victim = self._victim(now, receiving=True)
+        if victim is None and not answering:
+            victim = self._floor_victim(c, now)
         return victim is not None, victim
 
     def _admit(self, c, now):
@@ -359,6 +415,7 @@ class HardenedServer(Server):
             # max_body_bytes, so starving lasts a few polls, and a trickling client runs dry every poll.
             if c.phase == _RECV and not c.starved and elapsed(now, c.since) >= c.limit:
                 self._count("recv_timeouts")
+                self._mark_stalling(c.peer, now)
                 if not c.buf:
                     return False  # connected and said nothing: nobody to answer
                 self._answer_error(c, 408, "Request timeout", now)

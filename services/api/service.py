@@ -60,10 +60,17 @@ def required_level(method, path):
 
 class RateLimiter:
     """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks
-    and who sent them), shared fairly: while another address has asked within seen_ms, no address may hold more
-    than limit - reserve of the window, so one flooding client never takes the whole budget from a client that
-    polls the device; a client alone still has all of it. (A client asking for the first time while a flood fills
-    the window waits until its stamps expire, once: the device-wide limit is kept strictly.)
+    and who sent them), shared with a floor for every address. The addresses that asked within seen_ms are "about";
+    one refused within the window is "flooding". The polite addresses and the flooders as one group split the window
+    evenly (each polite one is sure of limit // (polite + 1) requests per window, the flooders share one such part);
+    what an address takes beyond its floor may not eat into the floors the others have not used yet, and one below
+    its floor that finds the window full takes the place of the oldest stamp of the address most above its own
+    (_reclaim). So one flooding address, or two, or eight, never take the budget from a client that asks within
+    its floor (Home Assistant, a battery, the owner's page: beside any number of flooders, half the window); a
+    client alone still has all of it.
+
+    The addresses are kept in a table of at most seen_max (the least recently heard one gives its place) with the
+    requests each holds in the window, so a decision costs one pass over that table, not over the ring.
 
     A stamp leaves the ring as soon as it is window_ms old or appears to lie in the future. prune() runs in every
     poll, so no stamp lives long enough for the tick wrap to matter: ticks_diff is only meaningful within
@@ -71,30 +78,39 @@ class RateLimiter:
     ~75 h (refused requests are not recorded, so retrying never helped).
     """
 
-    seen_max = 4      # addresses remembered (the newest ones); on a home LAN a few clients at most
+    seen_max = 12     # addresses remembered (the newest ones): a home LAN's clients and a few flooders
     seen_ms = 60000   # an address that asked this recently is "about" (Home Assistant polls every 5-30 s)
 
     def __init__(self, limit=25, window_ms=10000, reserve=None):
         self.limit = limit
         self.window_ms = window_ms
-        self.reserve = reserve if reserve is not None else limit * 2 // 5   # 10 of 25: the others' share
         self._times = [0] * limit
         self._who = [None] * limit
         self._head = 0    # index of the oldest stamp
         self._count = 0
-        self._seen = []   # [address, ticks of its last request (allowed or not)], newest last
+        # [address, ticks of its last request (allowed or not), requests held in the window, ticks of its last
+        # refusal or None]
+        self._seen = []
 
     def prune(self, now):
         """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
         while self._count:
             if fresh(self._times[self._head], now, self.window_ms):
                 break
+            who = self._who[self._head]
+            if who is not None:
+                for e in self._seen:
+                    if e[0] == who:
+                        if e[2] > 0:
+                            e[2] -= 1
+                        break
             self._who[self._head] = None
             self._head = (self._head + 1) % self.limit
             self._count -= 1
         for e in self._seen:
-            if not fresh(e[1], now, self.seen_ms):   # rebuilt only when one left: an idle prune allocates nothing
-                self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms)]
+            if not fresh(e[1], now, self.seen_ms) and e[2] <= 0:
+                # rebuilt only when one left: an idle prune allocates nothing
+                self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms) or e[2] > 0]
                 break
 
     def held(self, who):
@@ -105,35 +121,106 @@ class RateLimiter:
                 n += 1
         return n
 
-    def _saw(self, who, now):
-        """Note who asked now; True when another address asked within the window."""
-        others = False
+    def _entry(self, who, now):
+        """who's row of the table, moved to the end (most recently heard), made if new (the table stays bounded)."""
         mine = None
         for e in self._seen:
             if e[0] == who:
                 mine = e
-            else:
-                others = True
+                break
         if mine is not None:
-            self._seen.remove(mine)
-        self._seen.append([who, now])
-        if len(self._seen) > self.seen_max:
-            self._seen.pop(0)
-        return others
+            if self._seen[-1] is not mine:
+                self._seen.remove(mine)
+                self._seen.append(mine)
+        else:
+            mine = [who, now, self.held(who), None]   # its stamps still in the window, if it left the table
+            self._seen.append(mine)
+            if len(self._seen) > self.seen_max:
+                self._seen.pop(0)
+        mine[1] = now
+        return mine
 
     def allow(self, now, who=None):
         """Record and allow a request of address who, or refuse it (a refused request is not recorded)."""
         self.prune(now)
-        others = self._saw(who, now) if who is not None else False
-        if self._count >= self.limit:
+        mine = self._entry(who, now) if who is not None else None   # a refused address is about too
+        if mine is None:
+            if self._count >= self.limit:
+                return False
+        elif not self._may(mine, now):
+            mine[3] = now              # refused: a flooder for the next window
             return False
-        if others and self.held(who) >= self.limit - self.reserve:
-            return False          # another address is about: it keeps its share of the window
         at = (self._head + self._count) % self.limit
         self._times[at] = now
         self._who[at] = who
         self._count += 1
+        if mine is not None:
+            mine[2] += 1
         return True
+
+    def _flooding(self, e, now):
+        """True for an address refused within the window."""
+        return e[3] is not None and fresh(e[3], now, self.window_ms)
+
+    def _floors(self, mine, now):
+        """(share of a polite address, share of a flooding one); (limit, limit) while mine is alone."""
+        polite = 0
+        floods = 0
+        for e in self._seen:
+            if e is mine or fresh(e[1], now, self.seen_ms):
+                if self._flooding(e, now):
+                    floods += 1
+                else:
+                    polite += 1
+        if polite + floods <= 1:
+            return self.limit, self.limit
+        share = self.limit // (polite + (1 if floods else 0))
+        return share, (share // floods if floods else 0)
+
+    def _may(self, mine, now):
+        """Whether mine may take one more stamp: below its floor (taking a flooder's place in a full window), or
+        beyond it as far as the floors the others have not used leave room."""
+        share, fshare = self._floors(mine, now)
+        floor = fshare if self._flooding(mine, now) else share
+        if self._count >= self.limit and (mine[2] >= floor or not self._reclaim(mine, now, share, fshare)):
+            return False
+        if mine[2] < floor or floor == self.limit:
+            return True
+        unused = 0
+        for e in self._seen:
+            if e is not mine and fresh(e[1], now, self.seen_ms):
+                f = fshare if self._flooding(e, now) else share
+                if e[2] < f:
+                    unused += f - e[2]
+        return self._count + 1 + unused <= self.limit
+
+    def _reclaim(self, mine, now, share, fshare):
+        """The window is full and mine is below its floor: the heaviest address above its own floor gives up its
+        oldest stamp (the addresses about changed faster than the window: stamps taken under larger floors).
+        False when nobody is above its floor. The window then counts one request fewer than were served: bounded
+        by the floors, so at most limit more per window however the addresses come and go."""
+        worst = None
+        for e in self._seen:
+            if e is not mine and e[2] > (fshare if self._flooding(e, now) else share) and \
+                    (worst is None or e[2] > worst[2]):
+                worst = e
+        if worst is None:
+            return False
+        who = worst[0]
+        for i in range(self._count):
+            at = (self._head + i) % self.limit
+            if self._who[at] == who:
+                for j in range(i, self._count - 1):     # close the gap: the ring stays oldest-first
+                    a = (self._head + j) % self.limit
+                    b = (a + 1) % self.limit
+                    self._times[a] = self._times[b]
+                    self._who[a] = self._who[b]
+                last = (self._head + self._count - 1) % self.limit
+                self._who[last] = None
+                self._count -= 1
+                worst[2] -= 1
+                return True
+        return False
 
     def used(self):
         """Requests recorded in the current window."""
@@ -151,6 +238,9 @@ class HttpApi(Module):
     alive_reserve = 5             # alive answers per window beyond the spent budget (see _over_budget)
     page_budget = 10              # page and static-file requests per window: a budget of their own (_page_refused)
     emulation_budget = 30         # emulated-Shelly requests per window: two batteries polling once a second, + 50 %
+    unauthenticated_share = 40    # while authentication is on, requests without a valid token (404s, 401s, alive) have
+    #                               a budget of their own, this percentage of the API's (10 of 25 per window), so they
+    #                               never spend the token holders' budget
     accept_every_ms = 10          # an idle listener is asked this often (HardenedServer.accept_every_ms)
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
@@ -169,6 +259,8 @@ class HttpApi(Module):
         self.alive_limiter = RateLimiter(self.alive_reserve, rate_window_ms)
         self.page_limiter = RateLimiter(self.page_budget, rate_window_ms)
         self.emulation_limiter = RateLimiter(self.emulation_budget, rate_window_ms)
+        self.unauthenticated_budget = max(1, rate_limit * self.unauthenticated_share // 100)
+        self.unauthenticated_limiter = RateLimiter(self.unauthenticated_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
 
@@ -196,10 +288,18 @@ class HttpApi(Module):
             self.alive_limiter.prune(now_ms)
             self.page_limiter.prune(now_ms)
             self.emulation_limiter.prune(now_ms)
+            self.unauthenticated_limiter.prune(now_ms)
             auth = getattr(self._app, "auth", None)
             if auth is not None:
                 auth.poll(now_ms)
         self._server.poll()
+
+    def sockets_held(self):
+        """Sockets the API holds: its listener and the connections open now (core/sockbudget.py)."""
+        server = self._server
+        if server is None:
+            return 0
+        return (0 if server.stopped else 1) + server.connections()
 
     def stop(self):
         if self._server is not None:
@@ -256,7 +356,8 @@ class HttpApi(Module):
                 request.path != METRICS_PATH:
             # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
             # other client spend; it has a budget of its own, and its refusal is a page, not raw JSON.
-            if not self.page_limiter.allow(now):
+            addr = request.client_address
+            if not self.page_limiter.allow(now, addr[0] if isinstance(addr, tuple) and addr else None):
                 self.count("page_rate_limited")
                 return Response(request, PAGE_429, status=(429, "Too Many Requests"), content_type="text/html",
                                 headers={"Retry-After": self.retry_after_429, "Cache-Control": "no-store"})
@@ -297,18 +398,37 @@ class HttpApi(Module):
         return dns.setup_url
 
     def _over_budget(self, request, now):
-        """True when the request is refused by the device-wide budget.
+        """True when the request is refused by its budget.
 
-        Every request counts, alive included, so a flood of alive spends the budget like any other. Once the budget
-        is spent, GET alive is still answered from a small reserve of its own (alive_reserve per window): a health
-        check (Home Assistant) and a locked-out owner can still see that the device is up while another client
-        floods it, and the flood gains at most alive_reserve tiny answers per window.
+        Every request counts, alive included, so a flood of alive spends the budget like any other. While
+        authentication is on, a request without a valid token (a 404, a 401, a guess, alive asked by a stranger)
+        spends the unauthenticated budget, never the token holders' (the audit: token-free 404s from one address
+        left Home Assistant 6 of 10 answers, from eight none); a token is checked first (one SHA-256), and a wrong
+        one is throttled with the token-free requests. Once its budget is spent, GET alive is still answered from a
+        small reserve of its own (alive_reserve per window): a health check (Home Assistant) and a locked-out owner
+        can still see that the device is up while another client floods it, and the flood gains at most
+        alive_reserve tiny answers per window.
         """
         addr = request.client_address
         who = addr[0] if isinstance(addr, tuple) and addr else None
-        if self.limiter.allow(now, who):
+        limiter = self.limiter
+        if self._app.settings.get("api_auth_required", False) and self._token_level(request) is None:
+            limiter = self.unauthenticated_limiter
+        if limiter.allow(now, who):
             return False
-        return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now))
+        if limiter is self.unauthenticated_limiter:
+            self.count("unauthenticated_rate_limited")
+        return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now, who))
+
+    def _token_level(self, request):
+        """The level of the request's token (READ, WRITE) or None without a valid one; worked out once."""
+        level = getattr(request, "token_level", False)
+        if level is False:
+            token = bearer_token(request.headers.get("Authorization"))
+            auth = self._app.auth
+            level = auth.level(token) if token and auth is not None else None
+            request.token_level = level
+        return level
 
     def _check_token(self, request):
         """None when the request may proceed, else the 401/403 answer."""
@@ -318,8 +438,7 @@ class HttpApi(Module):
         need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
             return None
-        token = bearer_token(request.headers.get("Authorization"))
-        have = app.auth.level(token) if token else None
+        have = self._token_level(request)
         if have is None:
             self.count("unauthorized")
             return error_response(request, 401, "Missing or invalid token", headers={"WWW-Authenticate": "Bearer"})
@@ -333,4 +452,8 @@ class HttpApi(Module):
         if self._server is not None:
             d.update(self._server.counters)
             d["open_connections"] = self._server.connections()
+        budget = getattr(self._app, "sockets", None)
+        if budget is not None:   # core/sockbudget.py: sockets the firmware holds now, openings refused for HTTP's sake
+            d["sockets_held"] = budget.held()
+            d["sockets_refused"] = budget.refused
         return d

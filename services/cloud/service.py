@@ -96,6 +96,10 @@ class CloudService(Module):
         self._close()
         self.conn_state = OFF
 
+    def sockets_held(self):
+        """1 while the link to the cloud holds its socket (core/sockbudget.py)."""
+        return 0 if self._sock is None else 1
+
     def _close(self):
         self._sock = close_quietly(self._sock)
         self._out = b""

@@ -103,15 +103,17 @@ class EmulationLoader(Module):
     def _load_shelly(self):
         from core.version import VERSION
         from services.emulation.shelly_rpc import Identity
-        from services.emulation.shelly_udp import ShellyUdp
+        from services.emulation.shelly_udp import ShellyUdp, own_addresses
         from services.emulation.shelly_ws import ShellyWs
 
         app = self._app
         ident = Identity(app.device_id, app.settings.get("device_name", None), VERSION)
         uptime = app.log.uptime.ms
         udp = ShellyUdp(app.pool, app.bus, app.settings, ident, energy_floor=app.energy_floor,
-                        uptime=lambda: uptime() // 1000, host=self._bind)
+                        uptime=lambda: uptime() // 1000, host=self._bind,
+                        own=own_addresses(app.radio) if app.radio is not None else None)
         ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000)
+        udp.budget = ws.budget = app.sockets
         udp.start()
         ws.start()
         app.shelly_ident, app.shelly_udp, app.shelly_ws = ident, udp, ws
@@ -132,6 +134,7 @@ class EmulationLoader(Module):
         app = self._app
         sender = SmaSender(app.pool, app.bus, app.settings, app.device_id, energy_floor=app.energy_floor,
                            log=app.log, group=self._sma_group or GROUP)
+        sender.budget = app.sockets
         sender.start()
         app.sma = sender
 

@@ -2,25 +2,74 @@
 
 from adafruit_ticks import ticks_diff
 
+from micropython import const
+
+from core.ipv4 import parse_ipv4
 from core.module import Module
 from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc
 from services.emulation.meter_view import view
 
 
+_LONG_AGO = const(1 << 28)      # what _age says of a stamp ticks_diff cannot place (small ints: < 2**30)
+_EMPTY = const((1 << 28) + 1)   # an empty row of the peer table: older than any
+
+
+def own_addresses(radio):
+    """For ShellyUdp's own: a callable -> (station address, its netmask, AP address, its netmask) of a wifi.radio
+    (each None while down)."""
+    def own():
+        return (radio.ipv4_address, radio.ipv4_subnet, radio.ipv4_address_ap, radio.ipv4_subnet_ap)
+    return own
+
+
+def _bad_destinations(own):
+    """The addresses an answer must never go to besides broadcast and multicast: the device's own (station, AP) and
+    their directed broadcasts, as 32-bit ints. Loopback is left out: it is no WiFi address on the device, and the
+    host runtime's stand-in station has 127.0.0.1."""
+    out = []
+    if own is None:
+        return out
+    addrs = own()
+    for i in (0, 2):
+        ip = parse_ipv4(str(addrs[i])) if addrs[i] is not None else None
+        if ip is None or ip >> 24 == 127:
+            continue
+        out.append(ip)
+        mask = parse_ipv4(str(addrs[i + 1])) if addrs[i + 1] is not None else None
+        if mask is not None and mask != 0xFFFFFFFF:
+            out.append(ip | (~mask & 0xFFFFFFFF))
+    return out
+
+
 class ShellyUdp(Module):
     """pool: socketpool.SocketPool; bus (latest "reading"); settings (emulation.*); ident: shelly_rpc.Identity;
-    uptime: callable -> seconds. Listens only while emulation.shelly is on, on emulation.shellyUdpPort and
-    shellyUdpPort2 (0 = that one off): each is one of the device's 8 sockets."""
+    uptime: callable -> seconds; own: callable -> the device's addresses (own_addresses). Listens only while
+    emulation.shelly is on, on emulation.shellyUdpPort and shellyUdpPort2 (0 = that one off): each is one of the
+    device's 8 sockets.
+
+    Fair and no reflector (docs/emulation.md): each source gets per_source answers per second (a fixed table of
+    peers addresses, the least recently heard one replaced), all sources together total_per_s; a datagram over
+    either limit is read and dropped before it is parsed, so a flood is drained as fast as it comes instead of
+    filling the socket's queue in front of the battery's request. No answer goes to a broadcast, multicast or
+    own address or to port 0, and none is sent that is more than max_gain times the request's size."""
 
     name = "shelly_udp"
     max_per_poll = 4          # datagrams answered per socket and poll: a flood cannot starve the loop
+    reads_per_poll = 32       # datagrams read per socket and poll: the ones over a limit cost a read, not a parse
+    per_source = 4            # answers per source address per second (a battery asks every 1-4 s)
+    total_per_s = 48          # answers per second to everyone: 8 flooding sources beside the battery still fit
+    peers = 16                # sources remembered: a fixed table, the least recently heard one gives its place
+    max_gain = 24             # an answer at most this many times the request (EM.GetStatus to the smallest request:
+    #                           20x; Shelly.GetStatus to a 29-byte request, 40x: not sent)
+    own_every_ms = 5000       # the device's own addresses are read again this often
     retry_ms = 5000           # after a failed bind or out of sockets
     max_datagram = 512        # a battery's request is ~60 bytes; longer ones are not JSON-RPC for us
+    budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a socket is opened
     serve_every_ms = 20       # sockets read at most this often: an empty read raises (EAGAIN), and a battery that
     #                           asks every 1-4 s does not notice 20 ms
 
-    def __init__(self, pool, bus, settings, ident, energy_floor=None, uptime=None, host="0.0.0.0"):
+    def __init__(self, pool, bus, settings, ident, energy_floor=None, uptime=None, host="0.0.0.0", own=None):
         Module.__init__(self)
         self._pool = pool
         self._bus = bus
@@ -34,6 +83,16 @@ class ShellyUdp(Module):
         self._failed_at = None
         self.last_answer_ms = None
         self._served_at = None
+        self._own = own
+        self._bad = []            # the device's own addresses and broadcasts (ints), read every own_every_ms
+        self._own_at = None
+        # Per source: address text, start of its one-second window, answers in it, when last heard.
+        self._peer_ip = [None] * self.peers
+        self._peer_at = [0] * self.peers
+        self._peer_n = [0] * self.peers
+        self._peer_heard = [0] * self.peers
+        self._total_at = None     # the all-sources window
+        self._total_n = 0
         # The ports are read again only when the settings change: an idle poll allocates nothing of its own.
         self._changes = bus.subscribe("settings", 4)
         self._ports = self.wanted_ports()
@@ -73,14 +132,87 @@ class ShellyUdp(Module):
             if sock is not None:
                 self._serve(sock, now_ms)
 
+    def _admit(self, addr, now_ms):
+        """True when a datagram from addr may be parsed and answered (counted against its source and the total);
+        False (counted) for a bad sender or one over a limit. Allocates nothing for a known source."""
+        ip = addr[0]
+        if addr[1] == 0:
+            self.count("bad_sender")
+            return False
+        self._refresh_own(now_ms)
+        slot = -1
+        oldest = -1
+        oldest_age = -1
+        for i in range(self.peers):
+            if self._peer_ip[i] == ip:
+                slot = i
+                break
+            age = _age(now_ms, self._peer_heard[i]) if self._peer_ip[i] is not None else _EMPTY
+            if age > oldest_age:
+                oldest, oldest_age = i, age
+        if slot < 0:
+            # Only a good sender gets a row (so the check, which parses the address, runs once per new source,
+            # and forged broadcast or multicast senders never push a battery out of the table).
+            if self._bad_sender(ip):
+                self.count("bad_sender")
+                return False
+            slot = oldest
+            self._peer_ip[slot] = ip
+            self._peer_at[slot] = now_ms
+            self._peer_n[slot] = 0
+        self._peer_heard[slot] = now_ms
+        if _age(now_ms, self._peer_at[slot]) >= 1000:
+            self._peer_at[slot] = now_ms
+            self._peer_n[slot] = 0
+        if self._peer_n[slot] >= self.per_source:
+            self.count("source_limited")
+            return False
+        if self._total_at is None or _age(now_ms, self._total_at) >= 1000:
+            self._total_at = now_ms
+            self._total_n = 0
+        if self._total_n >= self.total_per_s:
+            self.count("total_limited")
+            return False
+        self._peer_n[slot] += 1
+        self._total_n += 1
+        return True
+
+    def _refresh_own(self, now_ms):
+        """Read the device's own addresses again every own_every_ms; when they changed, the table is emptied (its
+        rows were judged against the old ones)."""
+        if self._own is None or (self._own_at is not None and _age(now_ms, self._own_at) < self.own_every_ms):
+            return
+        self._own_at = now_ms
+        bad = _bad_destinations(self._own)
+        if bad != self._bad:
+            self._bad = bad
+            for i in range(self.peers):
+                self._peer_ip[i] = None
+
+    def _bad_sender(self, ip):
+        """True for a source no answer may go to: broadcast, multicast, 0.0.0.0/8, the device's own addresses."""
+        n = parse_ipv4(ip)
+        if n is None:
+            return True
+        first = n >> 24
+        if first == 0 or first >= 224 or n == 0xFFFFFFFF:
+            return True
+        return n in self._bad
+
     def _serve(self, sock, now_ms):
-        for _ in range(self.max_per_poll):
+        answered = 0
+        for _ in range(self.reads_per_poll):
+            if answered >= self.max_per_poll:
+                return
             try:
                 n, addr = sock.recvfrom_into(self._in)
             except OSError as exc:
                 if errno_of(exc) != EAGAIN:
                     self.count("recv_errors")
                 return
+            if not self._admit(addr, now_ms):
+                continue              # dropped before parsing
+            answered += 1
             current = view(self._bus.latest("reading"), now_ms, self._floor)
             if current is None or current.power is None:
                 self.count("stale_silent")    # no answer at all: the battery keeps its own safe state
@@ -90,6 +222,9 @@ class ShellyUdp(Module):
             if answer is None:
                 self.count("ignored")
                 continue
+            if len(answer) > self.max_gain * n:
+                self.count("too_large")   # a reflector's gain: the request must be larger to get this answer
+                continue
             try:
                 sock.sendto(answer, addr)
                 self.count("answers")
@@ -97,7 +232,15 @@ class ShellyUdp(Module):
             except OSError:
                 self.count("send_errors")
 
+    def sockets_held(self):
+        """Sockets open now: one per listening port (core/sockbudget.py)."""
+        return len(self._socks)
+
     def _open(self, port, now_ms):
+        if self.budget is not None and not self.budget.may_take():
+            self.count("budget_refused")   # HTTP keeps its three: tried again after retry_ms
+            self._failed_at = now_ms
+            return
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError):  # out of sockets is a RuntimeError on CircuitPython
@@ -128,3 +271,9 @@ class ShellyUdp(Module):
         d = Module.describe(self)
         d["ports"] = sorted(self._socks)
         return d
+
+
+def _age(now_ms, stamp):
+    """Milliseconds since stamp; a stamp ticks_diff cannot place (or from the future) counts as long ago."""
+    d = ticks_diff(now_ms, stamp)
+    return d if d >= 0 else _LONG_AGO

@@ -32,7 +32,9 @@ class ShellyWs(Module):
     max_sessions = 1
     idle_ms = 120000
     max_frame = 1024          # an RPC request is ~100 bytes; longer frames end the session
+    budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a session is adopted
     max_out = 8192            # a client that reads nothing while asking on is dropped, not buffered for
+    out_mark = 2048           # while this much waits for the client, no further request is taken
 
     def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None):
         Module.__init__(self)
@@ -49,6 +51,8 @@ class ShellyWs(Module):
         """How many sessions are open."""
         return len(self._sessions)
 
+    sockets_held = sessions
+
     def adopt(self, sock, addr):
         """Take over a connection whose 101 answer went out; the oldest session goes if all places are taken."""
         if not self._settings.get("emulation.shelly", False):
@@ -57,6 +61,13 @@ class ShellyWs(Module):
         try:
             sock.setblocking(False)
         except OSError:
+            close_quietly(sock)
+            return
+        if len(self._sessions) < self.max_sessions and self.budget is not None and not self.budget.may_take():
+            # The socket moves from HTTP (which no longer counts it while handing it over) to this session: refused
+            # when HTTP would then lack its listener and two clients (a newcomer that replaces a session frees that
+            # one's socket, so it needs no check).
+            self.count("budget_refused")
             close_quietly(sock)
             return
         while len(self._sessions) >= self.max_sessions:
@@ -78,12 +89,20 @@ class ShellyWs(Module):
                 self._drop(s, None)
 
     def _step(self, s, now_ms):
-        """Flush, read, answer; False once the session is over."""
+        """Flush, answer what is buffered, read, answer; False once the session is over.
+
+        Pipelined requests are answered one by one with a flush after each, and no further request is taken (nor
+        read) while out_mark bytes wait for the client: a client that sends 20 requests at once and reads at its own
+        pace gets all 20 answers, and one that reads nothing is not buffered for (its requests wait in its socket)."""
         if s.out and not self._flush(s):
             return False
         if ticks_diff(now_ms, s.heard) >= self.idle_ms or ticks_diff(now_ms, s.heard) < 0:
             self.count("idle_closed")
             return False
+        if s.n and not self._answer_buffered(s, now_ms):
+            return False
+        if len(s.out) >= self.out_mark or s.n >= len(s.inbuf):
+            return True            # answers wait for the client: its next requests wait in its socket
         try:
             got = s.sock.recv_into(memoryview(s.inbuf)[s.n:])
         except OSError as exc:
@@ -92,14 +111,18 @@ class ShellyWs(Module):
             return False
         s.n += got
         s.heard = now_ms
-        while True:
+        return self._answer_buffered(s, now_ms)
+
+    def _answer_buffered(self, s, now_ms):
+        """Answer the whole frames in the input buffer while less than out_mark waits; False once it is over."""
+        while len(s.out) < self.out_mark:
             try:
                 parsed = ws_frames.parse(s.inbuf, s.n, self.max_frame)
             except ws_frames.FrameError:
                 self.count("protocol_errors")
                 return False
             if parsed is None:
-                return self._flush(s) if s.out else True
+                break
             opcode, _fin, payload, used = parsed
             s.inbuf[:s.n - used] = s.inbuf[used:s.n]
             s.n -= used
@@ -111,9 +134,12 @@ class ShellyWs(Module):
                 s.out += ws_frames.frame(ws_frames.PONG, payload)
             elif opcode in (ws_frames.TEXT, ws_frames.BINARY):
                 s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
-            if len(s.out) > self.max_out:
-                self.count("slow_reader")
+            if not self._flush(s):       # between pipelined requests: what the socket takes goes now
                 return False
+        if len(s.out) > self.max_out:
+            self.count("slow_reader")
+            return False
+        return True
 
     def _answer(self, payload, now_ms):
         """The JSON-RPC answer frame to one request."""

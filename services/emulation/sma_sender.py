@@ -93,7 +93,17 @@ class SmaSender(Module):
         if self.enabled:
             self._open(None)
 
+    budget = None      # core.sockbudget.SocketBudget (the loader sets it): asked before the socket is opened
+
+    def sockets_held(self):
+        """1 while the socket is open (core/sockbudget.py)."""
+        return 0 if self._sock is None else 1
+
     def _open(self, now_ms):
+        if self.budget is not None and not self.budget.may_take():
+            self.count("budget_refused")   # HTTP keeps its three: poll() tries again
+            self._failed_at = now_ms
+            return False
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError):  # out of sockets is a RuntimeError on CircuitPython

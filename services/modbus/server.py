@@ -79,6 +79,7 @@ class _Client:
         self.txoff = 0
         self.last_ms = 0
         self.peer = None
+        self.asked = False     # a complete request came in on this connection
 
 
 class ModbusServer(Module):
@@ -88,11 +89,18 @@ class ModbusServer(Module):
     poll_every_ms = 50      # energy managers ask every 1-5 s; 50 ms added is not felt
     max_clients = 2
     idle_ms = 300000          # a client without a complete request for 5 minutes is closed
-    shed_idle_ms = 60000      # at the limit, a newcomer takes the slot of the longest-idle client idle this long
+    # At the limit a newcomer from another address takes a slot (_shed_for): from an address holding both, the one
+    # it asked least recently on; else the slot of a client that never asked within grace_ms of connecting; else
+    # of the least recently served client when its last request is shed_idle_ms old (evcc asks every few seconds,
+    # Home Assistant's Modbus integration every 30 s by default: both keep their slots; one request a minute does
+    # not).
+    shed_idle_ms = 45000
+    grace_ms = 2000
     # The pipeline publishes None after 10 s without a telegram; this second line of defence covers a
     # pipeline that died and can publish nothing: a Reading this old is never served as current.
     stale_ms = 15000
     backlog = 1
+    budget = None             # core.sockbudget.SocketBudget (the wiring sets it): asked before each accept
 
     # port_override: the host runtime's --modbus-port; serial and version go into model 1 (SN, Vr).
     def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
@@ -162,6 +170,8 @@ class ModbusServer(Module):
         """Sockets this service holds: the listener plus its clients (the device has 8 in all)."""
         return self.active_connections() + (1 if self._listen is not None else 0)
 
+    sockets_held = sockets_in_use
+
     def start(self):
         """Open the listener when modbus.enable is true; a disabled server holds no socket."""
         self._configure()
@@ -204,6 +214,7 @@ class ModbusServer(Module):
         c.txn = 0
         c.txoff = 0
         c.peer = None
+        c.asked = False
 
     def poll(self, now_ms):
         """Follow settings and the latest Reading, do one transaction per client, then accept one client."""
@@ -239,16 +250,24 @@ class ModbusServer(Module):
             if exc.errno != errno.EAGAIN:
                 self.count("accept_errors")   # e.g. out of sockets (ENFILE): the peer sees a reset
             return
+        if self.budget is not None and not self.budget.may_take():
+            # Keeping it would leave HTTP short of its listener and two clients: closed within this poll (asked
+            # after accept, so an idle poll costs no budget count; the momentary socket is back before HTTP polls).
+            self.count("budget_refused")
+            try:
+                sock.close()
+            except OSError:
+                pass
+            return
         free = None
         for c in self._clients:
             if c.sock is None:
                 free = c
                 break
         if free is None:
-            # Both slots taken: two connections that say nothing must not lock every other client out for the
-            # 5 minutes of idle_ms (renewable by whoever holds them). The longest-idle one that has sent no
-            # request for shed_idle_ms gives its slot to the newcomer, as the HTTP server sheds idle keep-alives.
-            free = self._idlest(now_ms)
+            # Both slots taken: connections that ask rarely (or never) must not lock every other client out, and one
+            # address must not hold both while another waits (_shed_for).
+            free = self._shed_for(addr[0] if addr else None, now_ms)
             if free is not None:
                 self.count("shed")
                 self._drop(free)
@@ -267,19 +286,41 @@ class ModbusServer(Module):
         free.last_ms = now_ms
         self.count("accepted")
 
-    def _idlest(self, now_ms):
-        """The client idle longest, if it has been idle for shed_idle_ms (wrap-safe: a stamp too old for
-        ticks_diff reads negative and counts as idle), else None."""
+    def _idle(self, c, now_ms):
+        """Milliseconds since c's last request (or its accept); a stamp too old for ticks_diff counts as idle_ms."""
+        d = ticks_diff(now_ms, c.last_ms)
+        return d if d >= 0 else self.idle_ms
+
+    def _shed_for(self, peer, now_ms):
+        """The client whose slot a newcomer from address peer takes, or None (the newcomer is refused).
+
+        A client waiting for its answer is never shed. In order: the least recently served client of another
+        address that holds more than one slot (one slot per address while another waits); a newcomer's own
+        address's slot only when that one is quiet for shed_idle_ms (a reconnect after a lost connection); a client
+        that sent no request within grace_ms of connecting; the least recently served one quiet for shed_idle_ms.
+        """
         best = None
         best_idle = -1
+        for c in self._clients:       # an address holding more than one slot
+            if c.sock is None or c.txn or c.peer is None or c.peer[0] == peer:
+                continue
+            n = 0
+            for d in self._clients:
+                if d.sock is not None and d.peer is not None and d.peer[0] == c.peer[0]:
+                    n += 1
+            idle = self._idle(c, now_ms)
+            if n > 1 and idle > best_idle:
+                best, best_idle = c, idle
+        if best is not None:
+            return best
         for c in self._clients:
             if c.sock is None or c.txn:
-                continue                  # a client waiting for its answer is not idle
-            d = ticks_diff(now_ms, c.last_ms)
-            idle = d if d >= 0 else self.idle_ms
-            if idle >= self.shed_idle_ms and idle > best_idle:
-                best = c
-                best_idle = idle
+                continue
+            idle = self._idle(c, now_ms)
+            if (not c.asked and idle >= self.grace_ms) or idle >= self.shed_idle_ms:
+                key = idle + (self.idle_ms if not c.asked else 0)   # one that never asked goes first
+                if key > best_idle:
+                    best, best_idle = c, key
         return best
 
     def _serve(self, c, now_ms):
@@ -330,6 +371,7 @@ class ModbusServer(Module):
             rx[0:rest] = rx[flen:c.rxn]   # pipelined requests: keep the next one for the next poll
         c.rxn = rest
         c.last_ms = now_ms
+        c.asked = True
         if c.tx[7] & 0x80:
             self.count("exceptions")
         self.count("requests")

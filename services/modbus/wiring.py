@@ -12,4 +12,5 @@ def wire(app):
                                                  host=app.env("METERPLUS_BIND", "0.0.0.0"),
                                                  port_override=int(port) if port is not None else None,
                                                  serial=app.device_id, version=VERSION, log=app.log))
+    app.modbus.budget = app.sockets
     app.routes.append(modbus_routes)

@@ -119,6 +119,10 @@ class HardenedMQTT(mm.MQTT):
 
     # ---------------------------------------------------------------- connecting
 
+    def sockets_held(self):
+        """1 while a socket to the broker is open (core/sockbudget.py)."""
+        return 0 if self._raw is None else 1
+
     def open(self, addr):
         """Start a non-blocking TCP connect to addr (ip, port): True when already connected; raises
         OSError/RuntimeError (no socket) or LinkError."""

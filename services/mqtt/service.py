@@ -169,6 +169,11 @@ class MqttService(Module):
         if mq is not None:
             mq.linger_ms = 0
 
+    def sockets_held(self):
+        """1 while a socket to the broker is open (core/sockbudget.py)."""
+        mq = self._mq
+        return 0 if mq is None else mq.sockets_held()
+
     def ca_changed(self):
         """The custom CA was stored or deleted: a TLS connection reconnects with it."""
         self._ca_dirty = True

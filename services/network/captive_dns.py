@@ -65,7 +65,17 @@ class CaptiveDns(Module):
             except OSError:
                 self.count("send_errors")
 
+    budget = None      # core.sockbudget.SocketBudget (the wiring sets it): asked before the socket is opened
+
+    def sockets_held(self):
+        """1 while the socket is open (core/sockbudget.py)."""
+        return 0 if self._sock is None else 1
+
     def _open(self, now_ms):
+        if self.budget is not None and not self.budget.may_take():
+            self.count("budget_refused")
+            self._failed_at = now_ms
+            return False
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError):  # out of sockets is a RuntimeError on CircuitPython

@@ -63,6 +63,12 @@ class MdnsResponder(Module):
     address_every_ms = 2000      # how often the station address is checked (an ipaddress object on the device)
     conflict_burst = 15          # RFC 6762 8.1: more conflicts than this within 10 s, and probing waits 5 s
 
+    sockets = None     # core.sockbudget.SocketBudget (the wiring sets it): asked before the socket is opened
+
+    def sockets_held(self):
+        """1 while our responder's socket is open (core/sockbudget.py)."""
+        return 0 if self._sock is None else 1
+
     def __init__(self, pool, address, hostname, services, changed=None, host="0.0.0.0", port=MDNS_PORT,
                  fallback=None, log=None, budget=None):
         Module.__init__(self)
@@ -159,6 +165,9 @@ class MdnsResponder(Module):
             # The features on may need every socket: the HTTP API (the owner's way in) must keep its own, and
             # CircuitPython's responder uses none (ESP-IDF's own UDP pcb).
             self._use_fallback(self._budget_was)
+            return
+        if self.sockets is not None and not self.sockets.may_take():
+            self._use_fallback("socket budget: the HTTP API keeps its listener and two clients")
             return
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)

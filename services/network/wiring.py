@@ -11,32 +11,20 @@ import ipaddress
 
 import wifi
 
+from core.sockbudget import TOTAL, worst_case
 from drivers.radio import WifiManager
 from services.network import join as wifi_join_routes
 from services.network import routes as network_routes
 from services.network.captive_dns import CaptiveDns
 
 
-SOCKETS = 8   # socketpool sockets in the whole system on the ESP32-S3 build (CONFIG_LWIP_MAX_SOCKETS)
+SOCKETS = TOTAL   # socketpool sockets in the whole system on the ESP32-S3 build (CONFIG_LWIP_MAX_SOCKETS)
 
 
 def mdns_budget(settings):
     """None while our responder's socket fits beside what the features on may hold at once, else why not (then
-    CircuitPython's responder, which uses no socket, answers instead): HTTP listen + 2 clients 3, MQTT 1, Modbus
-    listen + 2 clients 3, the Shelly emulation's UDP ports and its WebSocket session, SMA 1, an NTP query 1."""
-    need = 3 + 1
-    if settings.get("mqtt.enable", False):
-        need += 1
-    if settings.get("modbus.enable", False):
-        need += 3
-    if settings.get("emulation.shelly", False):
-        need += 1
-        for key in ("emulation.shellyUdpPort", "emulation.shellyUdpPort2"):
-            port = settings.get(key, 0)
-            if isinstance(port, int) and port > 0:
-                need += 1
-    if settings.get("emulation.sma", False):
-        need += 1
+    CircuitPython's responder, which uses no socket, answers instead): core/sockbudget.py worst_case()."""
+    need = worst_case(settings.get)
     if need + 1 > SOCKETS:
         return ("socket budget: the features on may hold %d of the %d sockets, and the HTTP API keeps its own; "
                 "the system responder uses none (no TXT records)" % (need, SOCKETS))
@@ -76,6 +64,7 @@ def wire(app):
             lambda: service_list(device_id, http_port, VERSION, shelly_on()), changed=shelly_on,
             host="0.0.0.0" if port == 5353 else env("METERPLUS_BIND", "0.0.0.0"), port=port,
             fallback=system_mdns, log=app.log, budget=lambda: mdns_budget(app.settings)))
+        app.mdns.sockets = app.sockets
     elif system_mdns is not None:
         app.mdns = sup.add(system_mdns())
     else:
@@ -83,5 +72,6 @@ def wire(app):
     app.captive_dns = sup.add(CaptiveDns(app.pool, app.wifi, host=env("METERPLUS_BIND", "0.0.0.0"),
                                          port=int(env("METERPLUS_DNS_PORT", 53)),
                                          setup_url=env("METERPLUS_SETUP_URL", None)))
+    app.captive_dns.budget = app.sockets
     app.routes.append(network_routes)
     app.routes.append(wifi_join_routes)

@@ -71,6 +71,10 @@ class HttpGet:
     def _close(self):
         self._sock = close_quietly(self._sock)
 
+    def sockets_held(self):
+        """1 while the request's socket is open."""
+        return 0 if self._sock is None else 1
+
     def cancel(self):
         """Stop and release the socket."""
         if self.state not in (DONE, FAILED):

@@ -232,6 +232,11 @@ class OtaService(Module):
             self._writer.abort()
             self._writer = None
 
+    def sockets_held(self):
+        """1 while a download or check holds its socket (core/sockbudget.py)."""
+        req = self._req
+        return 0 if req is None else req.sockets_held()
+
     def _cancel_request(self):
         if self._req is not None:
             self._req.cancel()

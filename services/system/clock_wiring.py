@@ -10,3 +10,4 @@ def wire(app):
     ntp = app.env("METERPLUS_NTP_OVERRIDE", None)
     app.clock = app.supervisor.add(Clock(app.pool, app.settings, bus=app.bus, rtc=rtc.RTC(), server=ntp,
                                          backups=() if ntp else None))
+    app.clock.budget = app.sockets

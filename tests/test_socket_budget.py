@@ -1,0 +1,84 @@
+"""The socket budget (core/sockbudget.py): HTTP keeps its listener and two clients; the settings refuse what cannot
+fit; every feature's socket asks first (issue 26, finding 1)."""
+
+import pytest
+
+from core import sockbudget
+from core.settings import Settings, SettingsError
+
+
+def _every_feature(ports=(1010, 2220), ap=True):
+    return {"mqtt": {"enable": True, "host": "broker.lan"}, "modbus": {"enable": True},
+            "emulation": {"shelly": True, "shellyUdpPort": ports[0], "shellyUdpPort2": ports[1], "sma": True},
+            "accessPoint": {"enable": ap}}
+
+
+def test_a_combination_that_leaves_http_short_is_refused_naming_what_to_turn_off():
+    s = Settings()
+    before = s.public()
+    with pytest.raises(SettingsError) as err:
+        s.update(_every_feature())
+    fields = err.value.fields
+    assert list(fields) == ["accessPoint.enable"]                  # the last of the request's, in a fixed order
+    msg = fields["accessPoint.enable"]
+    assert "socket budget" in msg and "HTTP API keeps 3" in msg and "turn off accessPoint.enable" in msg
+    assert "emulation.shellyUdpPort2 (set 0)" in msg and "6 of the 8" in msg
+    assert s.public() == before                                    # nothing of it applied
+
+
+def test_turning_one_more_on_names_that_one():
+    s = Settings()
+    s.update({"mqtt": {"enable": True, "host": "b.lan"}, "modbus": {"enable": True},
+              "emulation": {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0}})
+    with pytest.raises(SettingsError) as err:
+        s.update({"emulation": {"sma": True, "shellyUdpPort2": 2220}})
+    assert list(err.value.fields) == ["emulation.sma"]            # the last of the request's, in a fixed order
+    assert s.get("emulation.sma") is False
+
+
+def test_what_fits_is_taken_and_unrelated_changes_are_not_refused():
+    s = Settings()
+    s.update(_every_feature(ports=(1010, 0), ap=False))            # HTTP 3 + 4 standing + 1 floating = 8
+    assert s.get("emulation.sma") is True
+    s.doc["accessPoint"]["enable"] = True                          # a stored document over the budget (older firmware)
+    assert s.update({"device_name": "Keller"}) == ["device_name"]  # other changes still go through
+
+
+def test_the_arithmetic():
+    get = {"modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+           "emulation.shellyUdpPort2": 1010}.get                    # one port twice is one socket
+    assert [k for k, _n, _w in sockbudget.standing(get)] == ["modbus.enable", "emulation.shellyUdpPort"]
+    assert sockbudget.worst_case(get) == 3 + 1 + 2 + 2 + 1       # HTTP, NTP, standing, Modbus clients, WebSocket
+    assert sockbudget.problem(get) is None
+
+
+class _Holder:
+    def __init__(self, n):
+        self.n = n
+
+    def sockets_held(self):
+        return self.n
+
+
+class _App:
+    pass
+
+
+def test_the_runtime_budget_leaves_http_its_three():
+    app = _App()
+    app.http = _Holder(1)                       # listener only: two client sockets still to be kept free
+    app.modbus = _Holder(1)
+    app.mqtt = _Holder(1)
+    app.shelly_udp = _Holder(1)
+    app.sma = _Holder(1)
+    budget = sockbudget.SocketBudget(app)
+    assert budget.may_take()                    # 5 held + 1 + HTTP's 2 = 8
+    app.modbus.n = 2
+    assert not budget.may_take() and budget.refused == 1
+    app.http.n = 2                              # a WebSocket being handed over no longer counts as HTTP's
+    app.modbus.n = 1
+    assert budget.held() == 6
+    assert budget.may_take()                   # 6 held + the session, HTTP 2: one free left for its second client
+    app.modbus.n = 2
+    assert not budget.may_take()
+    assert budget.describe() == {"held": 7, "total": 8, "refused": 2}
