@@ -24,6 +24,7 @@ def standing(get):
     """[(feature key, sockets, what)] held all the time by the features on in a settings getter get(key, default):
     sockets that are opened at start and kept, whoever asks."""
     out = []
+    shelly_udp = False
     if get("mqtt.enable", False) is True:
         out.append(("mqtt.enable", 1, "MQTT"))
     if get("modbus.enable", False) is True:
@@ -34,8 +35,11 @@ def standing(get):
             port = get(key, 0)
             if isinstance(port, int) and not isinstance(port, bool) and port > 0 and port not in seen:
                 seen.append(port)
+                shelly_udp = True
                 out.append((key, 1, "Shelly UDP port %d" % port))
-    if get("emulation.sma", False) is True:
+    if get("emulation.sma", False) is True and not shelly_udp:
+        # With a Shelly UDP port open the SMA sender sends through that socket (services/emulation/sma_sender.py
+        # lender): both emulations hold one socket.
         out.append(("emulation.sma", 1, "SMA emulation"))
     if get("accessPoint.enable", False) is True:
         out.append(("accessPoint.enable", 1, "access point DNS"))

@@ -237,8 +237,8 @@ for t in range(1, 12):
     udp.poll(t * 25)
 print("udp", len(sock.sent), udp.counters.get("source_limited"), udp.counters.get("bad_sender"))
 get = {"mqtt.enable": True, "modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
-       "emulation.shellyUdpPort2": 2220, "emulation.sma": True}.get
-print("budget", sockbudget.worst_case(get), sockbudget.problem(get, ("emulation.sma",))[0])
+       "emulation.shellyUdpPort2": 2220, "emulation.sma": True, "accessPoint.enable": True}.get
+print("budget", sockbudget.worst_case(get), sockbudget.problem(get, ("accessPoint.enable",))[0])
 """
 
 
@@ -247,4 +247,4 @@ def test_the_limits_and_the_budget_inside_micropython():
 
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _fuel = vm.run(VM_CODE)
-    assert out.strip().splitlines() == ["udp 4 16 4", "budget 12 emulation.sma"], out
+    assert out.strip().splitlines() == ["udp 4 16 4", "budget 12 accessPoint.enable"], out

@@ -22,7 +22,7 @@ def test_a_combination_that_leaves_http_short_is_refused_naming_what_to_turn_off
     assert list(fields) == ["accessPoint.enable"]                  # the last of the request's, in a fixed order
     msg = fields["accessPoint.enable"]
     assert "socket budget" in msg and "HTTP API keeps 3" in msg and "turn off accessPoint.enable" in msg
-    assert "emulation.shellyUdpPort2 (set 0)" in msg and "6 of the 8" in msg
+    assert "emulation.shellyUdpPort2 (set 0)" in msg and "5 of the 8" in msg   # SMA sends through the Shelly UDP socket
     assert s.public() == before                                    # nothing of it applied
 
 
@@ -31,14 +31,23 @@ def test_turning_one_more_on_names_that_one():
     s.update({"mqtt": {"enable": True, "host": "b.lan"}, "modbus": {"enable": True},
               "emulation": {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0}})
     with pytest.raises(SettingsError) as err:
-        s.update({"emulation": {"sma": True, "shellyUdpPort2": 2220}})
-    assert list(err.value.fields) == ["emulation.sma"]            # the last of the request's, in a fixed order
-    assert s.get("emulation.sma") is False
+        s.update({"emulation": {"shellyUdpPort2": 2220}, "accessPoint": {"enable": True}})
+    assert list(err.value.fields) == ["accessPoint.enable"]       # the last of the request's, in a fixed order
+    assert s.get("accessPoint.enable") is False and s.get("emulation.shellyUdpPort2") == 0
+
+
+def test_sma_holds_a_socket_of_its_own_only_without_a_shelly_udp_port():
+    alone = {"emulation.sma": True}.get
+    assert [k for k, _n, _w in sockbudget.standing(alone)] == ["emulation.sma"]
+    shared = {"emulation.sma": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010}.get
+    assert [k for k, _n, _w in sockbudget.standing(shared)] == ["emulation.shellyUdpPort"]
+    no_port = {"emulation.sma": True, "emulation.shelly": True, "emulation.shellyUdpPort": 0}.get
+    assert [k for k, _n, _w in sockbudget.standing(no_port)] == ["emulation.sma"]
 
 
 def test_what_fits_is_taken_and_unrelated_changes_are_not_refused():
     s = Settings()
-    s.update(_every_feature(ports=(1010, 0), ap=False))            # HTTP 3 + 4 standing + 1 floating = 8
+    s.update(_every_feature(ports=(1010, 0), ap=False))            # HTTP 3 + 3 standing (SMA shares) + 2 floating
     assert s.get("emulation.sma") is True
     s.doc["accessPoint"]["enable"] = True                          # a stored document over the budget (older firmware)
     assert s.update({"device_name": "Keller"}) == ["device_name"]  # other changes still go through

@@ -117,6 +117,8 @@ class EmulationLoader(Module):
         udp.start()
         ws.start()
         app.shelly_ident, app.shelly_udp, app.shelly_ws = ident, udp, ws
+        if app.sma is not None:
+            app.sma.lender = udp
 
     def _drop_shelly(self):
         app = self._app
@@ -126,6 +128,8 @@ class EmulationLoader(Module):
         if app.shelly_udp is not None:
             app.shelly_udp.release()
         app.shelly_ident = app.shelly_udp = app.shelly_ws = None
+        if app.sma is not None:
+            app.sma.lender = None   # it opens its own socket again (asking the budget)
         self._unload(SHELLY_PARTS, app.sma is None)
 
     def _load_sma(self):
@@ -135,6 +139,7 @@ class EmulationLoader(Module):
         sender = SmaSender(app.pool, app.bus, app.settings, app.device_id, energy_floor=app.energy_floor,
                            log=app.log, group=self._sma_group or GROUP)
         sender.budget = app.sockets
+        sender.lender = app.shelly_udp
         sender.start()
         app.sma = sender
 

@@ -236,6 +236,12 @@ class ShellyUdp(Module):
         """Sockets open now: one per listening port (core/sockbudget.py)."""
         return len(self._socks)
 
+    def lend_socket(self):
+        """A listening socket the SMA sender may send its datagrams through (the lowest port's), or None."""
+        if not self._socks:
+            return None
+        return self._socks[min(self._socks)]
+
     def _open(self, port, now_ms):
         if self.budget is not None and not self.budget.may_take():
             self.count("budget_refused")   # HTTP keeps its three: tried again after retry_ms

@@ -90,10 +90,14 @@ class SmaSender(Module):
     def start(self):
         """Open the socket when emulation.sma is on (out of sockets: counted, poll() tries again)."""
         self._configure()
-        if self.enabled:
+        if self.enabled and (self.lender is None or self.lender.lend_socket() is None):
             self._open(None)
 
     budget = None      # core.sockbudget.SocketBudget (the loader sets it): asked before the socket is opened
+    # services/emulation/shelly_udp.py ShellyUdp while the Shelly emulation listens (the loader sets it): its
+    # socket sends the datagrams too, so both emulations on hold one socket of the 8, not two (a datagram's source
+    # port means nothing to an SMA receiver, and sending needs no bind or group membership).
+    lender = None
 
     def sockets_held(self):
         """1 while the socket is open (core/sockbudget.py)."""
@@ -139,14 +143,17 @@ class SmaSender(Module):
         if not self.enabled:
             self._close()
             return
-        if self._sock is None:
+        sock = self.lender.lend_socket() if self.lender is not None else None
+        if sock is not None:
+            self._close()    # borrowing: our own socket goes back to the budget
+        elif self._sock is None:
             if self._failed_at is not None and 0 <= ticks_diff(now_ms, self._failed_at) < self.retry_ms:
                 return
             if not self._open(now_ms):
                 return
         self._tick(now_ms)
         if self._due(reading, now_ms):
-            self._attempt(reading, now_ms)
+            self._attempt(reading, now_ms, sock if sock is not None else self._sock)
 
     def _due(self, reading, now_ms):
         """True when a datagram (or a skip) is due now; a stamp "in the future" is past the tick wrap: long ago."""
@@ -158,7 +165,7 @@ class SmaSender(Module):
             return False
         return self._sent_at is None or not 0 <= ticks_diff(now_ms, self._sent_at) < self.min_gap_ms
 
-    def _attempt(self, reading, now_ms):
+    def _attempt(self, reading, now_ms, sock):
         self._tried_at = now_ms
         self._last = reading
         current = view(reading, now_ms, self._floor) if reading is not self._expired else None
@@ -179,7 +186,7 @@ class SmaSender(Module):
         sent = 0
         for dest in self._dests:
             try:
-                self._sock.sendto(data, dest)
+                sock.sendto(data, dest)
                 sent += 1
             except OSError as exc:  # EAGAIN (buffer full), ENETUNREACH (WiFi down), ENOMEM (lwIP): next second
                 self.count("errors")
@@ -209,6 +216,7 @@ class SmaSender(Module):
         d = Module.describe(self)
         d["enabled"] = self.enabled
         d["socket"] = self._sock is not None
+        d["shared_socket"] = self.lender is not None and self.lender.lend_socket() is not None
         d["serial"] = self.serial
         d["susy_id"] = self.susy_id
         d["group"] = self.group
