@@ -1,0 +1,282 @@
+"""Tariff service: keeps the price in force (settings), fetches day-ahead prices once a day and at start (non-
+blocking, TLS checked), keeps them on the flash, and counts the monthly import peaks."""
+
+from core.durable_file import read_text, write_text
+from core.module import OK, WARN, Module
+from core.tz import civil_from_days, local_day_start_utc
+from services.history import store as hs
+from services.tariff import peaks as pk
+from services.tariff.prices import PriceBook, PriceError, PriceParser
+from services.tariff.tariff import DYNAMIC, Tariff
+
+_DAY = 86400
+
+
+def _date(day):
+    y, m, d = civil_from_days(day)
+    return "%04d-%02d-%02d" % (y, m, d)
+
+
+class TariffService(Module):
+    """pool: socketpool; settings: has get(); bus: core.bus.Bus ("settings"); clock: core.clock.Clock; history:
+    services.history.service.History or None (its quarter hours are priced and counted into peaks); ssl_factory:
+    ssl.create_default_context or None; log: core.log.Log or None."""
+
+    name = "tariff"
+    poll_every_ms = 200
+    PRICES = "tariff/prices.txt"
+    PEAKS = "tariff/peaks.txt"
+    FETCH_AFTER_MIN = 13 * 60 + 30   # local time: the day-ahead auction's results are out by ~13:00 CET
+    RETRY_S = (300, 900, 1800, 3600)  # after a failed fetch; a success that lacks tomorrow waits 30 min
+    INCOMPLETE_S = 1800
+    BUF = 512                         # bytes per recv_into: a poll parses at most reads_per_poll of these
+    READS_PER_POLL = 1
+
+    def __init__(self, pool, settings, bus, clock, history=None, ssl_factory=None, log=None):
+        Module.__init__(self)
+        self.pool = pool
+        self.settings = settings
+        self.bus = bus
+        self.clock = clock
+        self.history = history
+        self.ssl_factory = ssl_factory
+        self.log = log
+        self.book = PriceBook(self._day_start)
+        self.tariff = Tariff(settings, self.book)
+        self.peaks = pk.Peaks()
+        self._changes = bus.subscribe("settings", 8) if bus is not None else None
+        self._req = None
+        self._parser = None
+        self._buf = None
+        self._next_utc = 0          # wall time of the next fetch (UTC s); 0: at once
+        self._fails = 0
+        self.fetch_state = "idle"   # idle, fetching, ok, failed
+        self.fetch_error = ""
+        self.fetched_at = 0
+        self.fetch_url = ""
+        for k in ("fetches", "fetch_errors", "prices_taken"):
+            self.counters[k] = 0
+
+    def _note(self, level, msg, *args):
+        if self.log is not None:
+            self.log.log(level, msg, *args)
+
+    # --- days ---
+
+    def _day_start(self, day):
+        rule = getattr(self.clock, "rule", None)
+        if rule is not None:
+            y, m, d = civil_from_days(day)
+            return local_day_start_utc(rule, y, m, d)
+        m = day * _DAY
+        u = m - self.clock.offset_min(m) * 60
+        return m - self.clock.offset_min(u) * 60
+
+    def local_day(self, t):
+        return self.clock.local(t) // _DAY
+
+    def today(self):
+        c = self.clock
+        if c is None or not c.synced:
+            return None
+        return self.local_day(c.time())
+
+    # --- lifecycle ---
+
+    def start(self):
+        self.tariff.load()
+        try:
+            import os
+            os.mkdir("tariff")
+        except OSError:
+            pass
+        got = read_text(self.PRICES, self._parse_book, 16384)
+        if got is None:
+            self.book.days = []
+        got = read_text(self.PEAKS, self._parse_peaks, 8192)
+        self._replay()
+        if self.history is not None:
+            self.history.tariff = self.tariff
+            self.history.peaks = self.peaks
+        self._next_utc = 0
+
+    def _parse_book(self, text):
+        self.book.load_text(text)
+        return True
+
+    def _parse_peaks(self, text):
+        self.peaks.load_text(text)
+        return True
+
+    def _replay(self):
+        """Count this month's quarter hours already on the flash into the peaks (the current month is never
+        stored: the history holds its records)."""
+        h = self.history
+        if h is None or not h.store_ok:
+            return
+        last = h.store.hr.last
+        if last is None:
+            return
+        first = pk.month_first_day(pk.month_of(last[2]))
+        for r in h.store.records(hs.HR, first_day=first):
+            self.peaks.quarter(r)
+        for r in h.hr:
+            self.peaks.quarter(r)
+
+    def stop(self):
+        self._cancel()
+        self._save_peaks()
+
+    def _cancel(self):
+        if self._req is not None:
+            try:
+                self._req.cancel()
+            except Exception:
+                pass
+        self._req = None
+        self._parser = None
+        self._buf = None
+
+    def _save_peaks(self):
+        if self.peaks.dirty:
+            try:
+                write_text(self.PEAKS, self.peaks.text())
+                self.peaks.dirty = False
+            except OSError as exc:
+                self._note("error", "tariff: cannot store peaks: %s", exc)
+
+    # --- poll ---
+
+    def poll(self, now_ms):
+        ch = self._changes.pop() if self._changes is not None else None
+        changed = False
+        while ch is not None:
+            for k in ch:
+                if k.startswith("tariff"):
+                    changed = True
+            ch = self._changes.pop()
+        if changed:
+            self.tariff.load()
+            self._cancel()
+            self._next_utc = 0
+            self._fails = 0
+            self.fetch_state = "idle"
+            self.state = OK
+        if self.peaks.dirty:
+            self._save_peaks()
+        if self._req is not None:
+            self._step(now_ms)
+            return
+        if self.tariff.mode != DYNAMIC:
+            return
+        clock = self.clock
+        if clock is None or not clock.synced:
+            return
+        now = clock.time()
+        if now < self._next_utc:
+            return
+        self._plan(now, now_ms)
+
+    def _plan(self, now, now_ms):
+        today = self.local_day(now)
+        self.book.prune(today)
+        local_min = (self.clock.local(now) % _DAY) // 60
+        want = not self.book.complete(today) or (local_min >= self.FETCH_AFTER_MIN and
+                                                  not self.book.complete(today + 1))
+        if not want:
+            # Both days are in: the next look is after tomorrow's publication time.
+            self._next_utc = self._day_start(today) + self.FETCH_AFTER_MIN * 60
+            if self._next_utc <= now:
+                self._next_utc = self._day_start(today + 1) + self.FETCH_AFTER_MIN * 60
+            return
+        self._start_fetch(today, now_ms)
+
+    def url_for(self, today):
+        u = self.settings.get("tariff.priceUrl", "") or ""
+        start = self._day_start(today)
+        end = self._day_start(today + 2)
+        return (u.replace("{start}", _date(today)).replace("{end}", _date(today + 1))
+                .replace("{start_ms}", "%d000" % start).replace("{end_ms}", "%d000" % end))
+
+    def _start_fetch(self, today, now_ms):
+        from services.ota import http_get as hg   # the OTA's non-blocking client, also used here
+
+        self._today = today
+        url = self.url_for(today)
+        self.fetch_url = url
+        self._parser = PriceParser()
+        self._buf = bytearray(self.BUF)
+        req = hg.HttpGet(self.pool, url, self._parser, self._buf, self.ssl_factory)
+        req.reads_per_poll = self.READS_PER_POLL
+        self._req = req
+        self.fetch_state = "fetching"
+        self.count("fetches")
+        self._step(now_ms)
+
+    def _step(self, now_ms):
+        req = self._req
+        try:
+            running = req.poll(now_ms)
+        except PriceError as exc:   # raised by the parser inside the request's write: stop at once
+            req.cancel()
+            self._failed(str(exc))
+            return
+        if running:
+            return
+        if req.error is not None:
+            self._failed(req.error.message)
+            return
+        try:
+            rows = self._parser.finish()
+        except PriceError as exc:
+            self._failed(str(exc))
+            return
+        self._take(rows)
+
+    def _take(self, rows):
+        today = self._today
+        touched = self.book.merge(rows, today, today + 1, self.local_day)
+        self._req = None
+        self._parser = None
+        self._buf = None
+        self.count("prices_taken", len(rows))
+        try:
+            write_text(self.PRICES, self.book.text())
+        except OSError as exc:
+            self._note("error", "tariff: cannot store prices: %s", exc)
+        now = self.clock.time()
+        self.fetched_at = now
+        self._fails = 0
+        self.fetch_error = ""
+        self.fetch_state = "ok"
+        self.state = OK
+        if not self.book.complete(today) or (not self.book.complete(today + 1) and
+                                             (self.clock.local(now) % _DAY) // 60 >= self.FETCH_AFTER_MIN):
+            self._next_utc = now + self.INCOMPLETE_S
+        else:
+            self._next_utc = 0   # _plan decides the next time
+        self._note("info", "tariff: %d prices fetched (days %s)", len(rows), ",".join(_date(d) for d in touched))
+
+    def _failed(self, why):
+        self._req = None
+        self._parser = None
+        self._buf = None
+        self.fetch_state = "failed"
+        self.fetch_error = why
+        self.count("fetch_errors")
+        self.state = WARN
+        wait = self.RETRY_S[min(self._fails, len(self.RETRY_S) - 1)]
+        self._fails += 1
+        now = self.clock.time() if self.clock is not None and self.clock.synced else 0
+        self._next_utc = now + wait
+        self._note("warning", "tariff: price fetch failed (%s), next try in %d s; prices kept as they were",
+                   why, wait)
+
+    def describe(self):
+        d = Module.describe(self)
+        d["mode"] = self.tariff.mode
+        d["fetch"] = self.fetch_state
+        if self.fetch_error:
+            d["fetch_error"] = self.fetch_error
+        d["price_days"] = [_date(x[0]) for x in self.book.days]
+        return d
