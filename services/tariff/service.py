@@ -72,6 +72,11 @@ class TariffService(Module):
         u = m - self.clock.offset_min(m) * 60
         return m - self.clock.offset_min(u) * 60
 
+    def _local_time(self, day, minute):
+        """UTC second of a local wall time (minute of the day) on a local day, also on a 23- or 25-hour day."""
+        t = self._day_start(day) + minute * 60
+        return t + (day * _DAY + minute * 60) - self.clock.local(t)
+
     def local_day(self, t):
         return self.clock.local(t) // _DAY
 
@@ -185,9 +190,9 @@ class TariffService(Module):
                                                   not self.book.complete(today + 1))
         if not want:
             # Both days are in: the next look is after tomorrow's publication time.
-            self._next_utc = self._day_start(today) + self.FETCH_AFTER_MIN * 60
+            self._next_utc = self._local_time(today, self.FETCH_AFTER_MIN)
             if self._next_utc <= now:
-                self._next_utc = self._day_start(today + 1) + self.FETCH_AFTER_MIN * 60
+                self._next_utc = self._local_time(today + 1, self.FETCH_AFTER_MIN)
             return
         self._start_fetch(today, now_ms)
 
