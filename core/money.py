@@ -38,7 +38,8 @@ def decimal_text(n, places):
     whole, frac = divmod(n, 10 ** places)
     s = str(whole)
     if frac:
-        f = "%0*d" % (places, frac)
+        f = str(frac)
+        f = "0" * (places - len(f)) + f
         s = s + "." + f.rstrip("0")
     return "-" + s if neg and n else s
 

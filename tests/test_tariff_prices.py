@@ -13,7 +13,6 @@ import socketpool
 
 from core.bus import Bus
 from core.tz import days_from_civil, local_day_start_utc
-from services.history import store as hs
 from services.tariff import routes as tr
 from services.tariff.prices import MISSING, PriceBook, PriceError, PriceParser
 from services.tariff.service import TariffService

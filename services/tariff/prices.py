@@ -315,7 +315,7 @@ class PriceBook:
         if not make:
             return None
         n = self.quarters(day)
-        d = [day, self.day_start(day), array("i", [MISSING]) * n]
+        d = [day, self.day_start(day), array("i", [MISSING] * n)]
         self.days.append(d)
         self.days.sort(key=lambda x: x[0])
         return d
