@@ -22,7 +22,8 @@ for name, step in (("/input/ec.json", 7), ("/input/aw.json", 13)):
     rows = p.finish()
     book = PriceBook(lambda d: d * 86400)
     book.merge(rows, -10 ** 6, 10 ** 6, lambda t: t // 86400)
-    print("@R", len(rows), sum(r[2] for r in rows if r[2] is not None), len(book.days), book.text().replace("\\n", "|")[:300])
+    text = book.text().replace("\\n", "|")[:300]
+    print("@R", len(rows), sum(r[2] for r in rows if r[2] is not None), len(book.days), text)
 """
 
 
@@ -44,8 +45,8 @@ def _expect():
 
 
 def test_money_and_price_reading_are_identical_in_the_vm():
-    with MicroVM(packages=("core", "meter", "services"),
-                 extra_files=[("%s/%s" % (HERE, ENERGY_CHARTS), "ec.json"), ("%s/%s" % (HERE, AWATTAR), "aw.json")]) as vm:
+    files = [("%s/%s" % (HERE, ENERGY_CHARTS), "ec.json"), ("%s/%s" % (HERE, AWATTAR), "aw.json")]
+    with MicroVM(packages=("core", "meter", "services"), extra_files=files) as vm:
         out, _fuel = vm.run(CODE)
     lines = [ln for ln in out.splitlines() if ln.startswith("@")]
     assert lines == _expect()
