@@ -277,6 +277,70 @@ class TariffService(Module):
         self._note("warning", "tariff: price fetch failed (%s), next try in %d s; prices kept as they were",
                    why, wait)
 
+    # --- totals for MQTT and /metrics (no flash read on most calls) ---
+
+    def totals(self):
+        """(day, (ic, ec, flags) of today, (ic, ec, flags) of this month) in micro-units, from the open day in RAM
+        and the closed days of the month (read from the history once per closed day, then cached); None without a
+        clock or history."""
+        h = self.history
+        today = self.today()
+        if h is None or today is None:
+            return None
+        month0 = pk.month_first_day(pk.month_of(today))
+        d = h._day
+        # The closed days change when a day record is made or flushed, or while yesterday is still open (its last
+        # quarter hour closes with the first reading after midnight).
+        key = (month0, today, h.store.lr.next_seq, len(h.lr), d[0] if d is not None and d[0] != today else None,
+               d[9] if d is not None and d[0] != today else None)
+        if self._closed_key != key:
+            ic = ec = fl = 0
+            for r in h.days_between(month0, today):
+                ic += r[10]
+                ec += r[11]
+                fl |= r[5]
+            self._closed = (ic, ec, fl)
+            self._closed_key = key
+        day = (0, 0, 0)
+        if d is not None and d[0] == today:
+            r = h._day_rec(d)
+            day = (r[10], r[11], r[5])
+        c = self._closed
+        return today, day, (c[0] + day[0], c[1] + day[1], c[2] | day[2])
+
+    _closed_key = None
+    _closed = (0, 0, 0)
+
+    def money_values(self, metrics=False):
+        """(currency, [(key, value text)]) for MQTT: the import price now (currency/kWh), today's and this month's
+        import cost (to the cent), the month's quarter-hour peak (W); a value not known is left out, never 0.
+        None while the tariff is off."""
+        from core.money import cents_text, price_text
+
+        t = self.tariff
+        if not t.on or self.clock is None or not self.clock.synced:
+            return None
+        now = self.clock.time()
+        q = now - now % 900
+        out = []
+        p = t.import_at(q, (self.clock.local(q) - q) // 60)
+        if p is not None:
+            out.append(("price", price_text(p)))
+        tot = self.totals()
+        if tot is not None:
+            if tot[1][2] & hs.F_IC:
+                out.append(("cost_today", cents_text(tot[1][0])))
+            if tot[2][2] & hs.F_IC:
+                out.append(("cost_month", cents_text(tot[2][0])))
+            if metrics and tot[1][2] & hs.F_EC:
+                out.append(("revenue_today", cents_text(tot[1][1])))
+            if metrics and tot[2][2] & hs.F_EC:
+                out.append(("revenue_month", cents_text(tot[2][1])))
+        cur = self.peaks.current()
+        if cur is not None and cur.q is not None:
+            out.append(("peak_month", pk.power_text(cur.q[0])))
+        return t.currency, out
+
     def describe(self):
         d = Module.describe(self)
         d["mode"] = self.tariff.mode
