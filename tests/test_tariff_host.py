@@ -4,7 +4,6 @@ POSTed as raw JSON numbers come back as the same numbers, and /api/v1/cost, /api
 
 import json
 import os
-import time
 import urllib.request
 from decimal import ROUND_HALF_UP, Decimal
 

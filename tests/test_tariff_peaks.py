@@ -70,9 +70,12 @@ def test_peaks_of_a_simulated_month_match_a_hand_computation():
     assert june.q == q
     assert [(e, t, hs.date_str(d)) for e, t, d in june.top3()] == [(e, t, d.isoformat()) for e, t, d in top]
     assert len({d for _e, _t, d in top}) == 3
-    body = json.loads(tr._month_json(june))
+    body = json.loads(tr._month_json(june, sim.clock.local))
     assert body["month"] == "2026-06"
     assert body["quarter_peak"]["timestamp"] == q[1]
+    assert body["quarter_peak"]["start"] == datetime.datetime.fromtimestamp(q[1], BERLIN).strftime("%Y-%m-%dT%H:%M")
+    assert [i["start"] for i in body["hourly_top3"]] == [
+        datetime.datetime.fromtimestamp(t, BERLIN).strftime("%Y-%m-%dT%H:%M") for _e, t, _d in top]
     assert body["quarter_peak"]["power_W"] == pytest.approx(q[0] * 0.4)     # 0.1 Wh in 15 min = 0.4 W
     assert [i["energy_kWh"] for i in body["hourly_top3"]] == [pytest.approx(e / 10000) for e, _t, _d in top]
     assert body["hourly_top3_mean_kWh"] == pytest.approx(round(sum(e for e, _t, _d in top) / 3) / 10000)

@@ -100,9 +100,16 @@ def cost_body(history, tariff, today, day, resolution):
     for _key, first, recs in items:
         start = first[1] if resolution == "quarter" else first[1] - (first[1] + first[4] * 60) % 3600
         parts.append('{"start":"%s","timestamp":%d,%s' % (_stamp(start, first[4]), start, sums_json(recs)[1:]))
-    return ('{"currency":"%s","mode":"%s","today":%s,"month":%s,"year":%s,"date":"%s","resolution":"%s",'
-            '"day":%s,"items":[%s]}' % (
-                t.currency, t.mode, sums_json(today_recs), _with_fee(sums_json(month_recs), fee),
+    price = None
+    clock = tariff.clock
+    if clock is not None and clock.synced and t.on:
+        now = clock.time()
+        q = now - now % _Q
+        price = t.import_at(q, (clock.local(q) - q) // 60)
+    now_text = price_text(price) if price is not None else "null"
+    return ('{"currency":"%s","mode":"%s","price_now":%s,"today":%s,"month":%s,"year":%s,"date":"%s",'
+            '"resolution":"%s","day":%s,"items":[%s]}' % (
+                t.currency, t.mode, now_text, sums_json(today_recs), _with_fee(sums_json(month_recs), fee),
                 _with_fee(sums_json(days_year), fee * months), hs.date_str(day), resolution, sums_json(quarters),
                 ",".join(parts)))
 
@@ -187,27 +194,40 @@ def _jstr(text):
     return json.dumps(text)
 
 
-def _month_json(m):
+def _month_json(m, local=None):
+    """A month's peaks; local(t) -> local seconds of a UTC instant (the device's zone) for the "start" texts."""
     if m is None:
         return "null"
+    if local is None:
+        local = _utc
     y = m.month // 12
     mo = m.month % 12 + 1
     if m.q is None:
         q = "null"
     else:
-        q = '{"power_W":%s,"timestamp":%d}' % (pk.power_text(m.q[0]), m.q[1])
+        q = '{"power_W":%s,"start":"%s","timestamp":%d}' % (pk.power_text(m.q[0]), _stamp(m.q[1], _off(local, m.q[1])),
+                                                            m.q[1])
     top = m.top3()
-    tops = ",".join('{"date":"%s","timestamp":%d,"energy_kWh":%s}' % (hs.date_str(d), t, hs.kwh(e))
-                    for e, t, d in top)
+    tops = ",".join('{"date":"%s","start":"%s","timestamp":%d,"energy_kWh":%s}' % (
+        hs.date_str(d), _stamp(t, _off(local, t)), t, hs.kwh(e)) for e, t, d in top)
     mean = hs.kwh(div_round(sum(e for e, _t, _d in top), len(top))) if top else "null"
     return '{"month":"%04d-%02d","quarter_peak":%s,"hourly_top3":[%s],"hourly_top3_mean_kWh":%s}' % (
         y, mo, q, tops, mean)
 
 
+def _utc(t):
+    return t
+
+
+def _off(local, t):
+    return (local(t) - t) // 60
+
+
 def peaks_body(svc):
     p = svc.peaks
-    return '{"current":%s,"months":[%s]}' % (_month_json(p.current()),
-                                              ",".join(_month_json(m) for m in reversed(p.months)))
+    local = svc.clock.local
+    return '{"current":%s,"months":[%s]}' % (_month_json(p.current(), local),
+                                              ",".join(_month_json(m, local) for m in reversed(p.months)))
 
 
 def routes(app):

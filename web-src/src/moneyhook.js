@@ -1,0 +1,39 @@
+// The money view's door in the main bundle (issue 29): web/money.js is loaded only when the view opens (a script
+// element made by this trusted script: the page's policy allows it through 'strict-dynamic'); and the dashboard's
+// row with the price now and today's cost.
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { api, poller } from './api.js';
+import { getLang, t } from './i18n.js';
+import { html } from './ui.js';
+
+let loading = null;
+const load = () => loading || (loading = new Promise((ok, no) => {
+  const s = document.createElement('script');
+  s.src = '/money.js';
+  s.onload = ok;
+  s.onerror = () => {
+    loading = null;
+    no(new Error('money.js'));
+  };
+  document.head.appendChild(s);
+}));
+
+export function Money() {
+  const box = useRef(null);
+  const [err, setErr] = useState('');
+  useEffect(() => {
+    load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang() }))
+      .catch((e) => setErr(String(e.message || e)));
+  }, []);
+  return html`<div ref=${box} data-test="money"></div>${err && html`<p class="ferr" role="alert">${err}</p>`}`;
+}
+
+export function MoneyRow() {
+  const [c, setC] = useState(null);
+  useEffect(() => poller(async () => setC(await api('/cost')), 60000), []);
+  if (!c || c.mode === 'off') return null;
+  const cost = c.today.import_cost;
+  return html`<p class="banner" data-test="money-row"><a href="#/money">${t('money')}</a>: ${t('priceNow')}
+    ${c.price_now === null ? '–' : c.price_now + ' ' + c.currency + '/kWh'} · ${t('costToday')}
+    ${cost === null ? '–' : cost.toFixed(2) + ' ' + c.currency}</p>`;
+}
