@@ -205,3 +205,13 @@ def test_off_books_nothing_and_the_api_says_null():
     body = json.loads(tr.cost_body(sim.h, Svc(sim.h.tariff, sim.clock), DAY0, DAY0, "hour"))
     assert body["today"]["import_cost"] is None and body["today"]["import_kwh"] > 0
     assert FakeSettings  # imported for the fakes' module
+
+
+def test_the_cost_answer_streams_with_the_loop_given_back_between_flash_reads():
+    sim = priced_sim({"tariff.mode": "fixed", "tariff.importPrice": "0.30"})
+    sim.run(3 * 3600, import_w=1000)
+    sim.h.flush()
+    chunks = list(tr.cost_chunks(sim.h, Svc(sim.h.tariff, sim.clock), DAY0, DAY0, "hour"))
+    assert chunks.count("") > 100                 # a year of day slots and the quarter-hour ring, batch by batch
+    assert json.loads(chunks[-1])["today"]["import_cost"] is not None
+    assert "".join(chunks) == tr.cost_body(sim.h, Svc(sim.h.tariff, sim.clock), DAY0, DAY0, "hour")

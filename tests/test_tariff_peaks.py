@@ -99,6 +99,14 @@ def test_a_restart_replays_this_month_from_the_history_and_gaps_are_left_out():
     sim.restart()
     svc = TariffService(None, sim.settings, Bus(), sim.clock, history=sim.h)
     svc.start()
+    assert svc._replay is not None and sim.h.peaks is not svc.peaks      # replayed a few reads per poll
+    sim.run(1800, step=300, import_w=12 * 700)          # quarter hours that close meanwhile count too, once
+    polls = 0
+    while svc._replay is not None:
+        svc.poll(polls)
+        polls += 1
+    assert polls > 20 and sim.h.peaks is svc.peaks
+    sim.run(900, step=300, import_w=120)
     q, top = hand_peaks(sim.hr(), 2026, 6)
     cur = svc.peaks.current()
     assert cur.q == q and [(e, t) for e, t, _d in cur.top3()] == [(e, t) for e, t, _d in top]

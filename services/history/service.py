@@ -355,27 +355,35 @@ class History(Module):
             return hs.low_res_json((recs, ram, tail), first_day, days)
         return body
 
-    def quarters_of(self, day):
-        """The closed quarter-hour records of a local day (flash and RAM), oldest first: a list (<= 100)."""
-        out = []
+    def quarter_records(self, day, ticks=False):
+        """The closed quarter-hour records of a local day (flash, then RAM), oldest first, a generator; with ticks,
+        None after every read of the flash (a streamed answer gives the loop back between reads)."""
         last_t = -1
-        srcs = (self.store.records(hs.HR, self.store.hr.next_seq - 1, day, day + 1) if self.store_ok else (),
+        srcs = (self.store.records(hs.HR, self.store.hr.next_seq - 1, day, day + 1, ticks) if self.store_ok else (),
                 list(self.hr))
         for src in srcs:
             for r in src:
-                if r[2] == day and r[1] > last_t:
-                    out.append(r)
+                if r is None:
+                    yield None
+                elif r[2] == day and r[1] > last_t:
                     last_t = r[1]
-        return out
+                    yield r
 
-    def days_between(self, first_day, end_day):
-        """Day records (flash, RAM, the open day as it stands) of local days in [first_day, end_day), a generator."""
+    def quarters_of(self, day):
+        """The closed quarter-hour records of a local day as a list (<= 100)."""
+        return list(self.quarter_records(day))
+
+    def days_between(self, first_day, end_day, ticks=False):
+        """Day records (flash, RAM, the open day as it stands) of local days in [first_day, end_day), a generator;
+        with ticks, None after every read of the flash."""
         last = -(1 << 30)
-        srcs = (self.store.records(hs.LR, self.store.lr.next_seq - 1, first_day, end_day) if self.store_ok else (),
-                list(self.lr), [self._day_rec(self._day)] if self._day is not None else [])
+        srcs = (self.store.records(hs.LR, self.store.lr.next_seq - 1, first_day, end_day, ticks)
+                if self.store_ok else (), list(self.lr), [self._day_rec(self._day)] if self._day is not None else [])
         for src in srcs:
             for r in src:
-                if first_day <= r[2] < end_day and r[2] > last:
+                if r is None:
+                    yield None
+                elif first_day <= r[2] < end_day and r[2] > last:
                     last = r[2]
                     yield r
 

@@ -1,7 +1,7 @@
 """REST routes of the tariff: /api/v1/cost (booked cost), /api/v1/tariff (prices, cheapest window), /api/v1/peaks.
 Money is written from integers as decimal text (cents for cost, six places for prices): never through a float."""
 
-from adafruit_httpserver import GET, Response, Route
+from adafruit_httpserver import GET, ChunkedResponse, Response, Route
 
 from core.money import cents_text, div_round, price_text
 from core.tz import civil_from_days, days_from_civil
@@ -20,33 +20,44 @@ def _money(micro, known):
     return cents_text(micro) if known else "null"
 
 
-def sums_json(recs):
-    """The totals object of records (HighRes or LowRes): energies as the history books them, money to the cent,
-    null where no price was known; complete is false when some energy had no price."""
-    imp = exp = ic = ec = 0
-    flags = 0
-    n = 0
-    for r in recs:
-        imp += r[8]
-        exp += r[9]
-        ic += r[10]
-        ec += r[11]
+class Sums:
+    """Running totals of records (HighRes or LowRes): energies as the history books them, money in micro-units."""
+
+    def __init__(self):
+        self.imp = self.exp = self.ic = self.ec = self.flags = self.n = 0
+
+    def add(self, r):
+        self.imp += r[8]
+        self.exp += r[9]
+        self.ic += r[10]
+        self.ec += r[11]
         f = r[5]
-        n += 1
-        flags |= f
+        self.n += 1
+        self.flags |= f
         if r[8] and not f & hs.F_IC:
-            flags |= hs.F_IC_PART
+            self.flags |= hs.F_IC_PART
         if r[9] and not f & (hs.F_EC | hs.F_NO_EXPORT):
-            flags |= hs.F_EC_PART
-    has_ic = bool(flags & hs.F_IC)
-    has_ec = bool(flags & hs.F_EC) or (n > 0 and not exp and has_ic)
-    net = "null"
-    if has_ic:
-        net = cents_text(ic - (ec if has_ec else 0))
-    complete = n > 0 and not flags & (hs.F_IC_PART | hs.F_EC_PART) and has_ic
-    return ('{"import_kwh":%s,"import_cost":%s,"export_kwh":%s,"export_revenue":%s,"net":%s,"complete":%s}'
-            % (hs.kwh(imp), _money(ic, has_ic), hs.kwh(exp), _money(ec, has_ec), net,
-               "true" if complete else "false"))
+            self.flags |= hs.F_EC_PART
+
+    def json(self):
+        """The totals object: money to the cent, null where no price was known; complete is false when some
+        energy had no price."""
+        flags = self.flags
+        has_ic = bool(flags & hs.F_IC)
+        has_ec = bool(flags & hs.F_EC) or (self.n > 0 and not self.exp and has_ic)
+        net = cents_text(self.ic - (self.ec if has_ec else 0)) if has_ic else "null"
+        complete = self.n > 0 and not flags & (hs.F_IC_PART | hs.F_EC_PART) and has_ic
+        return ('{"import_kwh":%s,"import_cost":%s,"export_kwh":%s,"export_revenue":%s,"net":%s,"complete":%s}'
+                % (hs.kwh(self.imp), _money(self.ic, has_ic), hs.kwh(self.exp), _money(self.ec, has_ec), net,
+                   "true" if complete else "false"))
+
+
+def sums_json(recs):
+    """The totals object of records (see Sums.json)."""
+    s = Sums()
+    for r in recs:
+        s.add(r)
+    return s.json()
 
 
 def _stamp(t, off):
@@ -70,36 +81,54 @@ def _with_fee(obj, micro):
     return obj[:-1] + ',"base_fee":%s}' % cents_text(micro)
 
 
-def cost_body(history, tariff, today, day, resolution):
-    """JSON text of /api/v1/cost: today, this month, this year (LowRes sums) and the items of day."""
+def cost_chunks(history, tariff, today, day, resolution):
+    """Chunks of /api/v1/cost: today, this month, this year (LowRes sums) and the items of day. The flash is read
+    a batch at a time with an empty chunk between batches (the server sends none): the loop gets the CPU back
+    between reads, and nothing but the running sums and the day's item texts is held."""
     y, _m, _d = civil_from_days(today)
     month0 = _month_first(today)
     year0 = days_from_civil(y, 1, 1)
     t = tariff.tariff
-    days_year = list(history.days_between(year0, today + 1))
-    today_recs = [r for r in days_year if r[2] == today]
-    month_recs = [r for r in days_year if r[2] >= month0]
+    s_today = Sums()
+    s_month = Sums()
+    s_year = Sums()
     months = 0
     seen = -1
-    for r in days_year:
+    for r in history.days_between(year0, today + 1, True):
+        if r is None:
+            yield ""
+            continue
+        s_year.add(r)
+        if r[2] >= month0:
+            s_month.add(r)
+        if r[2] == today:
+            s_today.add(r)
         mk = pk.month_of(r[2])
         if mk != seen:
             seen = mk
             months += 1
     fee = t.base_fee if t.on else 0
-    quarters = history.quarters_of(day)
-    items = []
-    group = None
-    for r in quarters:
+    parts = []
+    s_day = Sums()
+    group = None     # [key, start, offset, Sums]
+
+    def item(g):
+        return '{"start":"%s","timestamp":%d,%s' % (_stamp(g[1], g[2]), g[1], g[3].json()[1:])
+
+    for r in history.quarter_records(day, True):
+        if r is None:
+            yield ""
+            continue
+        s_day.add(r)
         key = r[1] if resolution == "quarter" else ((r[1] + r[4] * 60) // 3600, r[4])
         if group is None or group[0] != key:
-            group = [key, r, []]
-            items.append(group)
-        group[2].append(r)
-    parts = []
-    for _key, first, recs in items:
-        start = first[1] if resolution == "quarter" else first[1] - (first[1] + first[4] * 60) % 3600
-        parts.append('{"start":"%s","timestamp":%d,%s' % (_stamp(start, first[4]), start, sums_json(recs)[1:]))
+            if group is not None:
+                parts.append(item(group))
+            start = r[1] if resolution == "quarter" else r[1] - (r[1] + r[4] * 60) % 3600
+            group = [key, start, r[4], Sums()]
+        group[3].add(r)
+    if group is not None:
+        parts.append(item(group))
     price = None
     clock = tariff.clock
     if clock is not None and clock.synced and t.on:
@@ -107,11 +136,15 @@ def cost_body(history, tariff, today, day, resolution):
         q = now - now % _Q
         price = t.import_at(q, (clock.local(q) - q) // 60)
     now_text = price_text(price) if price is not None else "null"
-    return ('{"currency":"%s","mode":"%s","price_now":%s,"today":%s,"month":%s,"year":%s,"date":"%s",'
-            '"resolution":"%s","day":%s,"items":[%s]}' % (
-                t.currency, t.mode, now_text, sums_json(today_recs), _with_fee(sums_json(month_recs), fee),
-                _with_fee(sums_json(days_year), fee * months), hs.date_str(day), resolution, sums_json(quarters),
-                ",".join(parts)))
+    yield ('{"currency":"%s","mode":"%s","price_now":%s,"today":%s,"month":%s,"year":%s,"date":"%s",'
+           '"resolution":"%s","day":%s,"items":[%s]}' % (
+               t.currency, t.mode, now_text, s_today.json(), _with_fee(s_month.json(), fee),
+               _with_fee(s_year.json(), fee * months), hs.date_str(day), resolution, s_day.json(), ",".join(parts)))
+
+
+def cost_body(history, tariff, today, day, resolution):
+    """The whole text of /api/v1/cost (see cost_chunks)."""
+    return "".join(cost_chunks(history, tariff, today, day, resolution))
 
 
 def cheapest(prices, first_q, n_q):
@@ -255,7 +288,8 @@ def routes(app):
                 raise BadRequest("resolution must be hour or quarter")
         except BadRequest as exc:
             return error_response(request, 400, str(exc))
-        return Response(request, cost_body(app.history, svc, today, day, res), content_type=_JSON)
+        history = app.history
+        return ChunkedResponse(request, lambda: cost_chunks(history, svc, today, day, res), content_type=_JSON)
 
     def tariff(request):
         bad = ready(request)

@@ -17,6 +17,17 @@ def _date(day):
     return "%04d-%02d-%02d" % (y, m, d)
 
 
+class _Waiting:
+    """Stands in for the peaks while they are replayed: keeps the quarter hours the history closes meanwhile (and
+    the ones in its RAM at start, not on the flash yet)."""
+
+    def __init__(self, ram):
+        self.recs = list(ram)
+
+    def quarter(self, rec):
+        self.recs.append(rec)
+
+
 class TariffService(Module):
     """pool: socketpool; settings: has get(); bus: core.bus.Bus ("settings"); clock: core.clock.Clock; history:
     services.history.service.History or None (its quarter hours are priced and counted into peaks); ssl_factory:
@@ -29,7 +40,7 @@ class TariffService(Module):
     FETCH_AFTER_MIN = 13 * 60 + 30   # local time: the day-ahead auction's results are out by ~13:00 CET
     RETRY_S = (300, 900, 1800, 3600)  # after a failed fetch; a success that lacks tomorrow waits 30 min
     INCOMPLETE_S = 1800
-    BUF = 512                         # bytes per recv_into: a poll parses at most reads_per_poll of these
+    BUF = 256                         # bytes per recv_into: a poll parses at most this (~100 S3 ms, bench_tariff)
     READS_PER_POLL = 1
 
     def __init__(self, pool, settings, bus, clock, history=None, ssl_factory=None, log=None):
@@ -98,11 +109,10 @@ class TariffService(Module):
         got = read_text(self.PRICES, self._parse_book, 16384)
         if got is None:
             self.book.days = []
-        got = read_text(self.PEAKS, self._parse_peaks, 8192)
-        self._replay()
+        read_text(self.PEAKS, self._parse_peaks, 8192)
+        self._replay_start()
         if self.history is not None:
             self.history.tariff = self.tariff
-            self.history.peaks = self.peaks
         self._next_utc = 0
 
     def _parse_book(self, text):
@@ -113,20 +123,46 @@ class TariffService(Module):
         self.peaks.load_text(text)
         return True
 
-    def _replay(self):
+    REPLAY_READS_PER_POLL = 2   # flash reads (16 records each) of the peaks' replay per poll
+
+    def _replay_start(self):
         """Count this month's quarter hours already on the flash into the peaks (the current month is never
-        stored: the history holds its records)."""
+        stored: the history holds its records), a few reads per poll: a whole ring read at once would hold the
+        loop for seconds on the S3. Quarter hours that close meanwhile wait in a list and are counted after."""
+        self._replay = None
         h = self.history
-        if h is None or not h.store_ok:
+        if h is None:
             return
-        last = h.store.hr.last
-        if last is None:
-            return
-        first = pk.month_first_day(pk.month_of(last[2]))
-        for r in h.store.records(hs.HR, first_day=first):
+        last = h.store.hr.last if h.store_ok else None
+        if last is not None:
+            first = pk.month_first_day(pk.month_of(last[2]))
+            self._replay = h.store.records(hs.HR, h.store.hr.next_seq - 1, first_day=first, ticks=True)
+        self._waiting = _Waiting(h.hr)
+        h.peaks = self._waiting
+        if self._replay is None:
+            self._replay_done()
+
+    def _replay_step(self):
+        reads = 0
+        for r in self._replay:
+            if r is None:
+                reads += 1
+                if reads >= self.REPLAY_READS_PER_POLL:
+                    return
+                continue
             self.peaks.quarter(r)
-        for r in h.hr:
+        self._replay_done()
+
+    def _replay_done(self):
+        self._replay = None
+        for r in self._waiting.recs:
             self.peaks.quarter(r)
+        self._waiting = None
+        if self.history is not None:
+            self.history.peaks = self.peaks
+
+    _replay = None
+    _waiting = None
 
     def stop(self):
         self._cancel()
@@ -167,6 +203,8 @@ class TariffService(Module):
             self._fails = 0
             self.fetch_state = "idle"
             self.state = OK
+        if self._replay is not None:
+            self._replay_step()
         if self.peaks.dirty:
             self._save_peaks()
         if self._req is not None:
