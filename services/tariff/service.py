@@ -6,7 +6,7 @@ from core.module import OK, WARN, Module
 from core.tz import civil_from_days, local_day_start_utc
 from services.history import store as hs
 from services.tariff import peaks as pk
-from services.tariff.prices import PriceBook, PriceError, PriceParser
+from services.tariff.book import PriceBook
 from services.tariff.tariff import DYNAMIC, Tariff
 
 _DAY = 86400
@@ -174,9 +174,7 @@ class TariffService(Module):
                 self._req.cancel()
             except Exception:
                 pass
-        self._req = None
-        self._parser = None
-        self._buf = None
+        self._release()
 
     def _save_peaks(self):
         if self.peaks.dirty:
@@ -241,13 +239,17 @@ class TariffService(Module):
         return (u.replace("{start}", _date(today)).replace("{end}", _date(today + 1))
                 .replace("{start_ms}", "%d000" % start).replace("{end_ms}", "%d000" % end))
 
+    PARTS = ("services.tariff.prices", "services.ota.http_get")   # loaded while a fetch runs, let go after
+
     def _start_fetch(self, today, now_ms):
         from services.ota import http_get as hg   # the OTA's non-blocking client, also used here
+        from services.tariff import prices
 
+        self._prices = prices
         self._today = today
         url = self.url_for(today)
         self.fetch_url = url
-        self._parser = PriceParser()
+        self._parser = prices.PriceParser()
         self._buf = bytearray(self.BUF)
         req = hg.HttpGet(self.pool, url, self._parser, self._buf, self.ssl_factory)
         req.reads_per_poll = self.READS_PER_POLL
@@ -258,6 +260,7 @@ class TariffService(Module):
 
     def _step(self, now_ms):
         req = self._req
+        PriceError = self._prices.PriceError
         try:
             running = req.poll(now_ms)
         except PriceError as exc:   # raised by the parser inside the request's write: stop at once
@@ -276,12 +279,23 @@ class TariffService(Module):
             return
         self._take(rows)
 
-    def _take(self, rows):
-        today = self._today
-        touched = self.book.merge(rows, today, today + 1, self.local_day)
+    def _release(self):
+        """Let the fetch's code go (it is loaded again for the next fetch, once or twice a day)."""
         self._req = None
         self._parser = None
         self._buf = None
+        if self._prices is not None:
+            self._prices = None
+            from core.modules import unload
+
+            unload(*self.PARTS)
+
+    _prices = None
+
+    def _take(self, rows):
+        today = self._today
+        touched = self.book.merge(rows, today, today + 1, self.local_day)
+        self._release()
         self.count("prices_taken", len(rows))
         try:
             write_text(self.PRICES, self.book.text())
@@ -301,9 +315,7 @@ class TariffService(Module):
         self._note("info", "tariff: %d prices fetched (days %s)", len(rows), ",".join(_date(d) for d in touched))
 
     def _failed(self, why):
-        self._req = None
-        self._parser = None
-        self._buf = None
+        self._release()
         self.fetch_state = "failed"
         self.fetch_error = why
         self.count("fetch_errors")
