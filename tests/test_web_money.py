@@ -73,6 +73,17 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
         page.locator("[data-test=m-hours]").select_option("3")
     if SHOTS:
         page.screenshot(path=SHOTS, full_page=True)
+    # the tariff form: a bad price is refused by name and nothing changes; a good one is stored exactly
+    page.locator("[data-test=t-mode]").select_option("fixed")
+    page.locator("[data-test=t-importPrice]").fill("0.12345678")
+    page.locator("form[data-test=t-form] button[type=submit]").click()
+    page.locator("[data-test=t-msg].ferr").get_by_text("tariff.importPrice").wait_for(timeout=10000)
+    assert priced.get("/api/v1/settings")[1]["tariff"]["mode"] == "dynamic"
+    page.locator("[data-test=t-importPrice]").fill("0.3012")
+    page.locator("form[data-test=t-form] button[type=submit]").click()
+    page.locator("[data-test=m-price]").get_by_text("0.3012 EUR/kWh").wait_for(timeout=10000)
+    doc = priced.get("/api/v1/settings")[1]["tariff"]
+    assert doc["mode"] == "fixed" and doc["importPrice"] == 0.3012 and doc["surcharge"] == 0.1532
     assert page.errors == []
     json.dumps(cost)
     page.context.close()

@@ -7,16 +7,24 @@ const WORDS = {
     net: 'Saldo', fee: 'Grundgebühr', energy: 'Bezug', unknown: 'unbekannt', partly: 'teilweise ohne Preis',
     hourly: 'Kosten je Stunde', day: 'Tag', prices: 'Preise der nächsten 36 Stunden', cheapest: 'Günstigstes Fenster',
     hours: 'Stunden', tomorrow: 'Morgen', none: 'keins', peaks: 'Leistungsspitzen', quarter: 'Höchste Viertelstunde',
-    top3: 'Drei höchste Stunden (verschiedene Tage)', mean: 'Mittel', off: 'Kein Tarif eingestellt (Einstellungen → Tarif).',
+    top3: 'Drei höchste Stunden (verschiedene Tage)', mean: 'Mittel', off: 'Kein Tarif eingestellt (unten: Tarif).',
     priceNow: 'Preis jetzt', fetch: 'Preisabruf', noPrice: 'ohne Preis', perKwh: '/kWh', current: 'Laufender Monat',
+    tariff: 'Tarif', mode: 'Art', m_off: 'aus', m_fixed: 'Festpreis', m_tou: 'Zeitvariabel (HT/NT, §14a Modul 3)',
+    m_dynamic: 'Dynamisch (Börsenpreis)', importPrice: 'Arbeitspreis je kWh', exportPrice: 'Einspeisevergütung je kWh',
+    baseFee: 'Grundgebühr je Monat', currency: 'Währung', surcharge: 'Aufschlag je kWh (Netzentgelt, Umlagen, Marge)',
+    vatPercent: 'MwSt. %', priceUrl: 'Preisquelle (URL)', tou: 'Zeitfenster (JSON)', save: 'Speichern', saved: 'Gespeichert.',
   },
   en: {
     title: 'Cost', today: 'Today', month: 'Month', year: 'Year', cost: 'Import cost', revenue: 'Feed-in revenue',
     net: 'Net', fee: 'Base fee', energy: 'Import', unknown: 'unknown', partly: 'partly without a price',
     hourly: 'Cost per hour', day: 'Day', prices: 'Prices of the next 36 hours', cheapest: 'Cheapest window',
     hours: 'hours', tomorrow: 'Tomorrow', none: 'none', peaks: 'Power peaks', quarter: 'Highest quarter hour',
-    top3: 'Three highest hours (different days)', mean: 'mean', off: 'No tariff set (Settings → Tariff).',
+    top3: 'Three highest hours (different days)', mean: 'mean', off: 'No tariff set (below: Tariff).',
     priceNow: 'Price now', fetch: 'Price fetch', noPrice: 'no price', perKwh: '/kWh', current: 'This month',
+    tariff: 'Tariff', mode: 'Kind', m_off: 'off', m_fixed: 'Fixed price', m_tou: 'Time of use (peak/off-peak, §14a Modul 3)',
+    m_dynamic: 'Dynamic (day-ahead market)', importPrice: 'Energy price per kWh', exportPrice: 'Feed-in compensation per kWh',
+    baseFee: 'Base fee per month', currency: 'Currency', surcharge: 'Surcharge per kWh (grid fee, levies, margin)',
+    vatPercent: 'VAT %', priceUrl: 'Price source (URL)', tou: 'Windows (JSON)', save: 'Save', saved: 'Saved.',
   },
 };
 
@@ -107,13 +115,44 @@ function peaksTable(p, w) {
     row(p.current, w.current) + p.months.map((m) => row(m)).join('') + '</tbody></table>';
 }
 
+// The tariff settings: money goes to the device as decimal text (it reads it exactly; never a float on the way).
+const FIELDS = ['importPrice', 'exportPrice', 'baseFee', 'currency', 'surcharge', 'vatPercent', 'priceUrl'];
+
+async function tariffForm(box, api, w, reload) {
+  const doc = (await api('/settings')).tariff;
+  const field = (k) => `<label>${w[k]} <input name="${k}" data-test="t-${k}" value="${esc(doc[k])}"></label>`;
+  box.innerHTML = `<form data-test="t-form"><label>${w.mode} <select name="mode" data-test="t-mode">${['off', 'fixed', 'tou', 'dynamic']
+    .map((m) => `<option value="${m}"${m === doc.mode ? ' selected' : ''}>${w['m_' + m]}</option>`).join('')}</select></label>
+    ${FIELDS.map(field).join('')}<label>${w.tou} <textarea name="tou" rows="3" data-test="t-tou">${esc(JSON.stringify(doc.tou))}</textarea></label>
+    <button type="submit">${w.save}</button><p data-test="t-msg" role="status"></p></form>`;
+  const form = box.querySelector('form');
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const msg = form.querySelector('[data-test=t-msg]');
+    const patch = { mode: form.mode.value };
+    for (const k of FIELDS) patch[k] = form[k].value.trim();
+    try {
+      patch.tou = JSON.parse(form.tou.value || '[]');
+      for (const win of patch.tou) if (typeof win.price === 'number') win.price = String(win.price);
+      await api('/settings', { method: 'POST', body: { tariff: patch } });
+      msg.className = '';
+      msg.textContent = w.saved;
+      reload();
+    } catch (err) {
+      msg.className = 'ferr';
+      msg.textContent = err.fields ? Object.entries(err.fields).map(([k, v]) => k + ': ' + v).join('; ') : String(err.message || err);
+    }
+  });
+}
+
 async function mount(el, { api, lang }) {
   const w = WORDS[lang] || WORDS.de;
   el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals" class="card"></div>
     <section class="card"><h2>${w.hourly}</h2><label>${w.day} <input type="date" data-test="m-date"></label><div data-test="m-barbox"></div></section>
     <section class="card"><h2>${w.prices}</h2><label>${w.cheapest} <select data-test="m-hours">${[1, 2, 3, 4, 6].map((n) => `<option value="${n}">${n} ${w.hours}</option>`).join('')}</select></label>
     <p data-test="m-windows" class="small"></p><div data-test="m-curvebox"></div></section>
-    <section class="card"><h2>${w.peaks}</h2><div data-test="m-peaks"></div></section>`;
+    <section class="card"><h2>${w.peaks}</h2><div data-test="m-peaks"></div></section>
+    <section class="card"><h2>${w.tariff}</h2><div data-test="m-tariff"></div></section>`;
   const q = (t) => el.querySelector(`[data-test=${t}]`);
   const cost = await api('/cost');
   const cur = cost.currency;
@@ -144,6 +183,7 @@ async function mount(el, { api, lang }) {
   q('m-hours').addEventListener('change', prices);
   await prices();
   q('m-peaks').innerHTML = peaksTable(await api('/peaks'), w);
+  await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang }));
   el.dataset.ready = '1';
 }
 
