@@ -12,6 +12,7 @@ from services.history import store as hs
 from services.metrics.exposition import money_lines
 from services.tariff.service import TariffService
 from tests.mqtt_peers import Broker, Subscriber
+from tests.price_server import PriceServer
 from tests.test_history_service import Sim, berlin_midnight
 from tests.test_mqtt_broker import DEV, PREFIX, Device
 
@@ -33,9 +34,26 @@ def cents(micro):
     return str((Decimal(micro) / 10 ** 6).quantize(Decimal("0.01"), ROUND_HALF_UP))
 
 
-def test_price_cost_and_peak_reach_a_real_broker_with_discovery(tmp_path, monkeypatch, certs):
+def dynamic(tmp_path):
+    """The dynamic tariff from the energy-charts stand-in (25-hour day, negative prices), a day of quarter hours."""
+    from tests.test_tariff_prices import OCT25, Env, day_start
+
+    os.chdir(tmp_path)
+    srv = PriceServer()
+    try:
+        sim = Sim(day_start(OCT25) - 600)
+        e = Env(srv.energy_charts_url, None, history=sim)
+        assert e.fetch() == "ok"
+        sim.run(600 + 14 * 3600, import_w=1733, export_w=0)
+    finally:
+        srv.close()
+    return sim, e.svc
+
+
+@pytest.mark.parametrize("kind", ["fixed", "dynamic"])
+def test_price_cost_and_peak_reach_a_real_broker_with_discovery(tmp_path, monkeypatch, certs, kind):
     monkeypatch.chdir(tmp_path)
-    sim, svc = priced(tmp_path)
+    sim, svc = priced(tmp_path) if kind == "fixed" else dynamic(tmp_path)
     recs = [r for r in sim.hr() if r[2] == sim.h._day[0]]
     want_today = cents(sum(r[10] for r in recs))
     assert all(r[5] & hs.F_IC for r in recs)
@@ -55,9 +73,19 @@ def test_price_cost_and_peak_reach_a_real_broker_with_discovery(tmp_path, monkey
             dev.close()
     finally:
         broker.stop()
-    assert got[PREFIX + "/price"] == b"0.3012"
+    now = sim.clock.time()
+    if kind == "fixed":
+        assert got[PREFIX + "/price"] == b"0.3012"
+    else:
+        market = Decimal(svc.book.price(now - now % 900)) / 10 ** 6
+        want = ((market + Decimal("0.1532")) * Decimal("1.19")).quantize(Decimal("0.000001"), ROUND_HALF_UP)
+        assert Decimal(got[PREFIX + "/price"].decode()) == want
+        for r in recs:    # each booked quarter hour: its energy times the price then in force, to the micro-unit
+            m = Decimal(svc.book.price(r[1])) / 10 ** 6
+            p = ((m + Decimal("0.1532")) * Decimal("1.19")).quantize(Decimal("0.000001"), ROUND_HALF_UP)
+            assert r[10] == (Decimal(r[8]) / 10000 * p * 10 ** 6).quantize(Decimal(1), ROUND_HALF_UP)
     assert got[PREFIX + "/cost_today"].decode() == want_today
-    assert got[PREFIX + "/cost_month"].decode() == want_today          # the month's first priced day
+    assert got[PREFIX + "/cost_month"].decode() == cents(sum(r[10] for r in sim.hr()))   # all of it this month
     peak = max(r[8] for r in recs)
     assert Decimal(got[PREFIX + "/peak_month"].decode()) == Decimal(peak) * 4 / 10
     cfg = {k: json.loads(got["homeassistant/sensor/wattwaechter_%s/%s/config" % (DEV, k)]) for k in keys}

@@ -51,8 +51,16 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     row.wait_for(timeout=20000)
     assert "Preis jetzt" in row.inner_text() and "EUR" in row.inner_text()
     assert not [u for u in asked if u.endswith("/money.js")]            # not loaded for the dashboard
-    page.get_by_role("link", name="Kosten").first.click()
+    with page.expect_response(lambda r: r.url == priced.url + "/api/v1/cost", timeout=20000) as got:
+        page.get_by_role("link", name="Kosten").first.click()
+    seen = got.value.json()
     page.wait_for_selector("[data-test=money][data-ready='1']", timeout=20000)
+    # every hour's bar says the cost the answer gave for that hour (the sum of its booked quarter hours)
+    titles = page.locator("[data-test=m-bar] title").all_text_contents()
+    assert len(titles) == len(seen["items"]) >= 1
+    for text, item in zip(titles, seen["items"]):
+        want = "ohne Preis" if item["import_cost"] is None else "%.2f EUR" % item["import_cost"]
+        assert text.startswith(item["start"][11:] + ": " + want), (text, item)
     assert [u for u in asked if u.endswith("/money.js")] == [priced.url + "/money.js"]
     assert not [c for c in console if "Content Security Policy" in c], console
     # the page's totals are the API's (read right after the page's own requests)
