@@ -4,7 +4,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, poller } from './api.js';
 import { getLang, t } from './i18n.js';
-import { html } from './ui.js';
+import { html, sectionMap, useInfo } from './ui.js';
+
+// The money answers need the device's clock (503 before it is set, which would hold every request back a while).
+const synced = (info) => !!(info && sectionMap(info.clock).synced);
 
 let loading = null;
 const load = () => loading || (loading = new Promise((ok, no) => {
@@ -21,16 +24,21 @@ const load = () => loading || (loading = new Promise((ok, no) => {
 export function Money() {
   const box = useRef(null);
   const [err, setErr] = useState('');
+  const on = synced(useInfo());
   useEffect(() => {
-    load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang() }))
-      .catch((e) => setErr(String(e.message || e)));
-  }, []);
-  return html`<div ref=${box} data-test="money"></div>${err && html`<p class="ferr" role="alert">${err}</p>`}`;
+    if (on) {
+      load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang() }))
+        .catch((e) => setErr(String(e.message || e)));
+    }
+  }, [on]);
+  return html`<div ref=${box} data-test="money">${!on && html`<h1>${t('money')}</h1><p>${t('stClock')}: ${t('stClockNot')}</p>`}</div>
+    ${err && html`<p class="ferr" role="alert">${err}</p>`}`;
 }
 
 export function MoneyRow() {
   const [c, setC] = useState(null);
-  useEffect(() => poller(async () => setC(await api('/cost')), 60000), []);
+  const on = synced(useInfo());
+  useEffect(() => (on ? poller(async () => setC(await api('/cost')), 60000) : undefined), [on]);
   if (!c || c.mode === 'off') return null;
   const cost = c.today.import_cost;
   return html`<p class="banner" data-test="money-row"><a href="#/money">${t('money')}</a>: ${t('priceNow')}
