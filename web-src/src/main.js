@@ -10,7 +10,7 @@ import { Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
-import { Money, MoneyRow } from './moneyhook.js'; // issue 29: the money view lives in web/money.js
+import { Money, MoneyRow, noteDoc } from './moneyhook.js'; // issue 29: the money view lives in web/money.js
 import { applyTheme, getTheme, html, noteInfo, sectionMap } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, money: Money, settings: Settings, security: Security, system: System };
@@ -145,6 +145,7 @@ function App() {
 
   const applyDoc = (doc) => {
     if (!doc) return;
+    noteDoc(doc);
     if (doc.device_name) {
       setName(doc.device_name);
       document.title = doc.device_name;

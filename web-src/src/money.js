@@ -118,7 +118,7 @@ function peaksTable(p, w) {
 // The tariff settings: money goes to the device as decimal text (it reads it exactly; never a float on the way).
 const FIELDS = ['importPrice', 'exportPrice', 'baseFee', 'currency', 'surcharge', 'vatPercent', 'priceUrl'];
 
-async function tariffForm(box, api, w, reload) {
+async function tariffForm(box, api, w, reload, noteDoc) {
   const doc = (await api('/settings')).tariff;
   const field = (k) => `<label>${w[k]} <input name="${k}" data-test="t-${k}" value="${esc(doc[k])}"></label>`;
   box.innerHTML = `<form data-test="t-form"><label>${w.mode} <select name="mode" data-test="t-mode">${['off', 'fixed', 'tou', 'dynamic']
@@ -135,6 +135,7 @@ async function tariffForm(box, api, w, reload) {
       patch.tou = JSON.parse(form.tou.value || '[]');
       for (const win of patch.tou) if (typeof win.price === 'number') win.price = String(win.price);
       await api('/settings', { method: 'POST', body: { tariff: patch } });
+      if (noteDoc) noteDoc({ tariff: patch }); // the dashboard's row follows the new mode
       msg.className = '';
       msg.textContent = w.saved;
       reload();
@@ -145,7 +146,7 @@ async function tariffForm(box, api, w, reload) {
   });
 }
 
-async function mount(el, { api, lang }) {
+async function mount(el, { api, lang, noteDoc }) {
   const w = WORDS[lang] || WORDS.de;
   el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals" class="card"></div>
     <section class="card"><h2>${w.hourly}</h2><label>${w.day} <input type="date" data-test="m-date"></label><div data-test="m-barbox"></div></section>
@@ -183,7 +184,7 @@ async function mount(el, { api, lang }) {
   q('m-hours').addEventListener('change', prices);
   await prices();
   q('m-peaks').innerHTML = peaksTable(await api('/peaks'), w);
-  await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang }));
+  await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang, noteDoc }), noteDoc);
   el.dataset.ready = '1';
 }
 

@@ -2,7 +2,7 @@
 // element made by this trusted script: the page's policy allows it through 'strict-dynamic'); and the dashboard's
 // row with the price now and today's cost.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, poller } from './api.js';
+import { api, bus, poller } from './api.js';
 import { getLang, t } from './i18n.js';
 import { html, sectionMap, useInfo } from './ui.js';
 
@@ -27,7 +27,7 @@ export function Money() {
   const on = synced(useInfo());
   useEffect(() => {
     if (on) {
-      load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang() }))
+      load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang(), noteDoc }))
         .catch((e) => setErr(String(e.message || e)));
     }
   }, [on]);
@@ -35,9 +35,25 @@ export function Money() {
     ${err && html`<p class="ferr" role="alert">${err}</p>`}`;
 }
 
+// The tariff's mode from the settings document the shell reads anyway: with the tariff off the dashboard asks for
+// nothing more (its requests stay inside the device's rate budget).
+let mode = 'off';
+export function noteDoc(doc) {
+  if (doc && doc.tariff && doc.tariff.mode !== mode) {
+    mode = doc.tariff.mode;
+    bus.dispatchEvent(new CustomEvent('tariff', { detail: mode }));
+  }
+}
+
 export function MoneyRow() {
   const [c, setC] = useState(null);
-  const on = synced(useInfo());
+  const [m, setM] = useState(mode);
+  useEffect(() => {
+    const on = (e) => setM(e.detail);
+    bus.addEventListener('tariff', on);
+    return () => bus.removeEventListener('tariff', on);
+  }, []);
+  const on = synced(useInfo()) && m !== 'off';
   useEffect(() => (on ? poller(async () => setC(await api('/cost')), 60000) : undefined), [on]);
   if (!c || c.mode === 'off') return null;
   const cost = c.today.import_cost;
