@@ -215,3 +215,18 @@ def test_the_cost_answer_streams_with_the_loop_given_back_between_flash_reads():
     assert chunks.count("") > 100                 # a year of day slots and the quarter-hour ring, batch by batch
     assert json.loads(chunks[-1])["today"]["import_cost"] is not None
     assert "".join(chunks) == tr.cost_body(sim.h, Svc(sim.h.tariff, sim.clock), DAY0, DAY0, "hour")
+
+
+def test_an_answer_right_after_a_settings_change_uses_the_new_price():
+    from core.bus import Bus
+    from services.tariff.service import TariffService
+
+    sim = Sim(berlin_midnight(2026, 6, 21))
+    bus = Bus()
+    sim.settings.values.update({"tariff.mode": "fixed", "tariff.importPrice": "0.30"})
+    svc = TariffService(None, sim.settings, bus, sim.clock, history=sim.h)
+    svc.start()
+    sim.settings.values["tariff.importPrice"] = "0.3012"
+    bus.publish("settings", ["tariff.importPrice"])        # what POST /api/v1/settings does
+    svc.follow_settings()                                   # what the routes do before answering (no poll between)
+    assert json.loads(tr.cost_body(sim.h, svc, DAY0, DAY0, "hour"))["price_now"] == 0.3012

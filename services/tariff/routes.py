@@ -272,6 +272,7 @@ def routes(app):
         clock = app.clock
         if clock is None or not clock.synced:
             return error_response(request, 503, "the clock is not set yet", headers={"Retry-After": "5"})
+        app.tariff.follow_settings()   # a change POSTed just before counts in this answer
         return None
 
     def cost(request):

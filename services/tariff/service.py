@@ -186,7 +186,8 @@ class TariffService(Module):
 
     # --- poll ---
 
-    def poll(self, now_ms):
+    def follow_settings(self):
+        """Take a tariff settings change now (the poll does, and so does an answer asked right after the change)."""
         ch = self._changes.pop() if self._changes is not None else None
         changed = False
         while ch is not None:
@@ -201,6 +202,9 @@ class TariffService(Module):
             self._fails = 0
             self.fetch_state = "idle"
             self.state = OK
+
+    def poll(self, now_ms):
+        self.follow_settings()
         if self._replay is not None:
             self._replay_step()
         if self.peaks.dirty:
