@@ -60,6 +60,7 @@ FEATURES = (
     ("meter", "services.metering.wiring"),         # IR head -> decoder -> filter, ctRatio, energy floor
     ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC
     ("history", "services.history.wiring"),        # quarter hours and days on the flash
+    ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks
     ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
     ("web", "services.web.wiring"),                # the web interface's files

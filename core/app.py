@@ -15,6 +15,7 @@ class App:
         self.meter = None       # the meter pipeline (health, stale)
         self.ir_head = None     # raw ring for /logs/rawdump
         self.history = None
+        self.tariff = None      # services.tariff.service.TariffService: prices, cost, peaks
         self.mqtt = None
         self.energy_floor = None  # services.metering.energy_floor.EnergyFloor: one rule for MQTT and the REST API
         self.modbus = None

@@ -43,6 +43,11 @@ DEFAULTS = {
     # docs/emulation.md: the device as a Shelly Pro 3EM and an SMA Energy Meter for batteries; off by default
     "emulation": {"shelly": False, "shellyUdpPort": 1010, "shellyUdpPort2": 2220,
                   "sma": False, "smaSerial": 0, "smaSusyId": 349, "smaTargets": ""},
+    # docs/tariff.md: what energy costs; off by default. Money is kept as exact decimal text (never a float) and
+    # shown as JSON numbers (tariff_json); prices per kWh, baseFee per month, vatPercent on dynamic prices.
+    "tariff": {"mode": "off", "currency": "EUR", "importPrice": "0", "exportPrice": "0", "baseFee": "0",
+               "tou": [], "priceUrl": "https://api.energy-charts.info/price?bzn=DE-LU&start={start}&end={end}",
+               "surcharge": "0", "vatPercent": "19"},
 }
 
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
@@ -97,6 +102,15 @@ SCHEMA = {
     "emulation.smaSerial": ("int", 0, 4294967295),   # 0: derived from the device id
     "emulation.smaSusyId": ("int", 1, 65535),
     "emulation.smaTargets": ("ipv4list", 3, 0),      # unicast receivers besides the multicast group
+    "tariff.mode": ("enum", ("off", "fixed", "tou", "dynamic"), 0),
+    "tariff.currency": ("currency", 0, 0),
+    "tariff.importPrice": ("money", 6, 100000000),    # currency per kWh, six decimals, -100..100
+    "tariff.exportPrice": ("money", 6, 100000000),
+    "tariff.surcharge": ("money", 6, 100000000),      # dynamic: grid fee, levies, margin per kWh (before VAT)
+    "tariff.baseFee": ("money", 2, 1000000),          # per month, -10000..10000
+    "tariff.vatPercent": ("money", 2, 10000),         # dynamic: VAT on market price + surcharge, -100..100 %
+    "tariff.tou": ("tou", 8, 0),
+    "tariff.priceUrl": ("url", True, 0),
 }
 for _p in ("primary", "secondary"):
     SCHEMA["wifi.%s.ssid" % _p] = ("ssid", 0, 0)
@@ -116,6 +130,71 @@ def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _money(value, places, limit):
+    """(normalised decimal text, None) of an exact decimal given as text or integer (a JSON number reaches here as
+    text: routes_settings quotes it before the JSON module sees it), at most places decimals, |value| <= limit."""
+    from core.money import decimal_text, parse_decimal
+
+    if _is_int(value):
+        value = str(value)
+    if not isinstance(value, str):
+        return None, "must be a number with at most %d decimals" % places
+    n = parse_decimal(value, places)
+    if n is None:
+        return None, "must be a number with at most %d decimals" % places
+    if not -limit <= n <= limit:
+        return None, "must be %s to %s" % (decimal_text(-limit, places), decimal_text(limit, places))
+    return decimal_text(n, places), None
+
+
+_WEEKDAYS = (1, 2, 3, 4, 5, 6, 7)
+
+
+def _hhmm(text, end):
+    """Minutes of "HH:MM" (00:00..23:59, and 24:00 as an end), or None."""
+    if not isinstance(text, str) or len(text) != 5 or text[2] != ":":
+        return None
+    hh, mm = text[:2], text[3:]
+    for ch in hh + mm:
+        if not "0" <= ch <= "9":
+            return None
+    m = int(hh) * 60 + int(mm)
+    if int(mm) > 59 or m > (1440 if end else 1439):
+        return None
+    return m
+
+
+def _tou(value, most):
+    """Time-of-use windows: a list of at most `most` {"days": [1..7 ISO weekdays], "from": "HH:MM", "to": "HH:MM"
+    (24:00 allowed; to before from crosses midnight), "price": import price per kWh}."""
+    if not isinstance(value, list):
+        return None, "must be a list of windows"
+    if len(value) > most:
+        return None, "at most %d windows" % most
+    out = []
+    for i, w in enumerate(value):
+        if not isinstance(w, dict):
+            return None, "window %d must be an object" % (i + 1)
+        for k in w:
+            if k not in ("days", "from", "to", "price"):
+                return None, "window %d: unknown key %s" % (i + 1, _escaped(str(k)))
+        days = w.get("days")
+        if not isinstance(days, list) or not days or len(days) > 7:
+            return None, "window %d: days must be a list of ISO weekdays 1 (Monday) to 7" % (i + 1)
+        for d in days:
+            if not _is_int(d) or d not in _WEEKDAYS or days.count(d) > 1:
+                return None, "window %d: days must be a list of ISO weekdays 1 (Monday) to 7" % (i + 1)
+        start = _hhmm(w.get("from"), False)
+        end = _hhmm(w.get("to"), True)
+        if start is None or end is None or start == end:
+            return None, "window %d: from and to must be HH:MM and differ (to may be 24:00)" % (i + 1)
+        price, err = _money(w.get("price"), 6, 100000000)
+        if err is not None:
+            return None, "window %d: price %s" % (i + 1, err)
+        out.append({"days": sorted(days), "from": w["from"], "to": w["to"], "price": price})
+    return out, None
+
+
 def check(key, value, zone_ok):
     """(normalised value, None) when value is valid for key, else (None, reason)."""
     kind, a, b = SCHEMA[key]
@@ -128,6 +207,19 @@ def check(key, value, zone_ok):
             return None, "must be %d to %d" % (a, b)
         if kind == "choice" and value not in a:
             return None, "must be one of %s" % ", ".join(str(x) for x in a)
+        return value, None
+    if kind == "enum":
+        if not isinstance(value, str) or value not in a:
+            return None, "must be one of %s" % ", ".join(a)
+        return value, None
+    if kind == "money":
+        return _money(value, a, b)
+    if kind == "tou":
+        return _tou(value, a)
+    if kind == "currency":
+        if not isinstance(value, str) or len(value) != 3 or not ("A" <= value[0] <= "Z" and "A" <= value[1] <= "Z"
+                                                                 and "A" <= value[2] <= "Z"):
+            return None, "must be an ISO 4217 code of three capital letters (EUR)"
         return value, None
     if kind == "ratio":
         if isinstance(value, bool) or not isinstance(value, (int, float)):

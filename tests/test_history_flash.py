@@ -8,6 +8,7 @@ import pytest
 
 from host import flash_meter
 from host.flash_meter import ENDURANCE, FlashMeter
+from services.history import store as hs
 
 
 @pytest.fixture
@@ -186,7 +187,7 @@ def test_history_costs_one_directory_write_per_hourly_flush(meter):
     assert fl["by_kind"]["dir"] == 24            # the file's entry, once per flush
     assert 24 <= fl["by_kind"]["data"] <= 40     # a batch of 4-5 records: one or two 512-byte blocks
     assert fl["by_kind"]["fat"] == 0             # the file is preallocated: the chain never changes
-    assert fl["bytes_per_day"] == 97 * 56        # 96 quarter hours and one day, 56 bytes each
+    assert fl["bytes_per_day"] == 97 * hs.REC_SIZE   # 96 quarter hours and one day, 64 bytes each (v2: cost)
     fl2 = flash_inprocess(days=3, flush_minutes=120)
     assert fl2["by_kind"]["dir"] == 12
 

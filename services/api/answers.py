@@ -56,8 +56,9 @@ def error_response(request, code, message, fields=None, headers=None, key=None):
     return Response(request, body + "}", status=status(code), headers=headers, content_type="application/json")
 
 
-def read_json(request, required=True):
-    """The JSON object of a request body; ApiError 400 for a wrong Content-Type, bad JSON or a non-object."""
+def read_json(request, required=True, exact=None):
+    """The JSON object of a request body; ApiError 400 for a wrong Content-Type, bad JSON or a non-object.
+    exact: object keys whose numbers are handed over as their decimal text (core.money.quote_money_numbers)."""
     body = request.body
     if not body:
         if required:
@@ -67,6 +68,9 @@ def read_json(request, required=True):
     if ctype is None or ctype.lower() != "application/json":
         raise ApiError(400, "Content-Type must be application/json")
     try:
+        if exact is not None:
+            from core.money import quote_money_numbers
+            body = quote_money_numbers(body, exact)
         data = json.loads(body)
     except Exception:  # ValueError, UnicodeError, or a recursion error from deep nesting (RuntimeError on the device)
         raise ApiError(400, "Malformed JSON")

@@ -1,6 +1,10 @@
 """Settings routes: GET the whole document (no secrets), POST a partial update (all or nothing)."""
 
-from adafruit_httpserver import GET, POST, JSONResponse, Route
+import json
+
+from adafruit_httpserver import GET, POST, JSONResponse, Response, Route
+
+from core.money import MONEY_KEYS
 
 from core.settings import SCHEMA, SECRETS, restart_needed
 from services.api.answers import ApiError, read_json
@@ -26,15 +30,39 @@ def _echo(patch, doc, prefix=""):
     return out
 
 
+def settings_json(doc):
+    """JSON text of a settings document whose tariff money (kept as exact decimal text) is written as JSON numbers:
+    the object is spliced in as text, so no value ever passes through a float."""
+    tariff = doc.get("tariff")
+    if not isinstance(tariff, dict):
+        return json.dumps(doc)
+    rest = {}
+    for k in doc:
+        if k != "tariff":
+            rest[k] = doc[k]
+    parts = []
+    for k in sorted(tariff):
+        v = tariff[k]
+        if k in MONEY_KEYS and isinstance(v, str):
+            parts.append('"%s":%s' % (k, v))
+        elif k == "tou" and isinstance(v, list):
+            parts.append('"tou":[%s]' % ",".join('{"days":%s,"from":"%s","to":"%s","price":%s}' % (
+                json.dumps(w["days"]), w["from"], w["to"], w["price"]) for w in v))
+        else:
+            parts.append('"%s":%s' % (k, json.dumps(v)))
+    head = json.dumps(rest)
+    return head[:-1] + (", " if len(head) > 2 else "") + '"tariff": {' + ",".join(parts) + "}}"
+
+
 def routes(app):
     """Route list of /api/v1/settings."""
     settings = app.settings
 
     def get_settings(request):
-        return JSONResponse(request, settings.public())
+        return Response(request, settings_json(settings.public()), content_type="application/json")
 
     def post_settings(request):
-        patch = read_json(request)
+        patch = read_json(request, exact=MONEY_KEYS)
         doc, changed, errors = settings.prepare(patch)
         if not errors and "api_auth_required" in changed and doc["api_auth_required"] and not app.auth.configured():
             errors["api_auth_required"] = ("no confirmed token pair: call /api/v1/auth/tokens/generate and "

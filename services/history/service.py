@@ -46,6 +46,9 @@ class History(Module):
         self._day = None    # open day: [day, t, off, imp_start, exp_start, imp_sum, exp_sum, flags, end_utc, n]
         self._last_t = -1   # newest recorded quarter: nothing at or before it is recorded again
         self.store_ok = False
+        # services.tariff.tariff.Tariff or None (set by the tariff feature): prices each quarter hour as it closes.
+        self.tariff = None
+        self.peaks = None     # services.tariff.peaks.Peaks or None: told of every quarter hour as it closes
         self.flush_ms = self.DEFAULT_FLUSH_MIN * 60000
         self._flush_at = None
         self._now = 0
@@ -136,17 +139,41 @@ class History(Module):
         t = self._day_start(rec[2])
         off = (self.clock.local(t) - t) // 60
         return [rec[2], t, off, rec[6] - rec[8], rec[7] - rec[9], 0, 0, rec[5] & hs.F_NO_EXPORT,
-                self._day_start(rec[2] + 1), 0]
+                self._day_start(rec[2] + 1), 0, 0, 0]
 
     def _add_to_day(self, d, rec):
         d[5] += rec[8]
         d[6] += rec[9]
-        d[7] |= rec[5] & (hs.F_GAP | hs.F_REBASE | hs.F_NO_EXPORT)
+        f = rec[5]
+        d[7] |= f & (hs.F_GAP | hs.F_REBASE | hs.F_NO_EXPORT)
         d[9] += 1
+        # Costs: the day sums what its quarter hours booked; a quarter with energy but no price marks the day part-
+        # priced (its sum then covers the priced quarter hours only).
+        ic = rec[10] if len(rec) > 10 else 0
+        ec = rec[11] if len(rec) > 11 else 0
+        if f & hs.F_IC:
+            d[10] += ic
+            d[7] |= hs.F_IC
+        elif rec[8]:
+            d[7] |= hs.F_IC_PART
+        if f & hs.F_EC:
+            d[11] += ec
+            d[7] |= hs.F_EC
+        elif rec[9] and not f & hs.F_NO_EXPORT:
+            d[7] |= hs.F_EC_PART
 
     def _day_rec(self, d):
         # LowRes power field: the number of quarter-hour records the day has.
-        return (0, d[1], d[0], d[9], d[2], d[7], d[3], d[4], d[5], d[6])
+        flags = d[7]
+        ic = d[10]
+        ec = d[11]
+        if not -0x80000000 <= ic <= 0x7FFFFFFF:
+            ic = 0
+            flags = (flags & ~hs.F_IC) | hs.F_IC_PART   # beyond the record's field: not booked, said so
+        if not -0x80000000 <= ec <= 0x7FFFFFFF:
+            ec = 0
+            flags = (flags & ~hs.F_EC) | hs.F_EC_PART
+        return (0, d[1], d[0], d[9], d[2], flags, d[3], d[4], d[5], d[6], ic, ec)
 
     def _close_day(self, d):
         self.lr.append(self._day_rec(d))
@@ -163,7 +190,15 @@ class History(Module):
         if q[6]:
             flags |= hs.F_POWER
             pw = q[5] // q[6]
-        rec = (0, q[0], q[1], pw, q[2], flags, q[3], q[4], q[3] - prev[0], q[4] - prev[1])
+        rec = (0, q[0], q[1], pw, q[2], flags, q[3], q[4], q[3] - prev[0], q[4] - prev[1], 0, 0)
+        tariff = self.tariff
+        if tariff is not None:
+            # Booked once, with the prices in force now: a later price or settings change never rewrites it.
+            ic, ec, cf = tariff.book_quarter(rec)
+            if cf:
+                rec = rec[:5] + (flags | cf,) + rec[6:10] + (ic, ec)
+        if self.peaks is not None:
+            self.peaks.quarter(rec)
         self._prev = [q[3], q[4]]
         self._last_t = q[0]
         d = self._day
@@ -319,6 +354,38 @@ class History(Module):
             recs = store.records(hs.LR, snap, first_day, first_day + days, True) if ok else ()
             return hs.low_res_json((recs, ram, tail), first_day, days)
         return body
+
+    def quarter_records(self, day, ticks=False):
+        """The closed quarter-hour records of a local day (flash, then RAM), oldest first, a generator; with ticks,
+        None after every read of the flash (a streamed answer gives the loop back between reads)."""
+        last_t = -1
+        srcs = (self.store.records(hs.HR, self.store.hr.next_seq - 1, day, day + 1, ticks) if self.store_ok else (),
+                list(self.hr))
+        for src in srcs:
+            for r in src:
+                if r is None:
+                    yield None
+                elif r[2] == day and r[1] > last_t:
+                    last_t = r[1]
+                    yield r
+
+    def quarters_of(self, day):
+        """The closed quarter-hour records of a local day as a list (<= 100)."""
+        return list(self.quarter_records(day))
+
+    def days_between(self, first_day, end_day, ticks=False):
+        """Day records (flash, RAM, the open day as it stands) of local days in [first_day, end_day), a generator;
+        with ticks, None after every read of the flash."""
+        last = -(1 << 30)
+        srcs = (self.store.records(hs.LR, self.store.lr.next_seq - 1, first_day, end_day, ticks)
+                if self.store_ok else (), list(self.lr), [self._day_rec(self._day)] if self._day is not None else [])
+        for src in srcs:
+            for r in src:
+                if r is None:
+                    yield None
+                elif first_day <= r[2] < end_day and r[2] > last:
+                    last = r[2]
+                    yield r
 
     def describe(self):
         d = Module.describe(self)

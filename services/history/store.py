@@ -1,4 +1,4 @@
-"""History on flash: one preallocated file of two rings of 56-byte CRC-checked records, and its JSON serializers."""
+"""History on flash: one preallocated file of two rings of 64-byte CRC-checked records, and its JSON serializers."""
 
 import os
 import struct
@@ -13,16 +13,22 @@ from core.tz import civil_from_days
 #   header (64 bytes): magic "MPH\x01", version u16, record size u16, HighRes slots u16, LowRes slots u16,
 #                      zero padding, CRC-32 of bytes 0..59 at 60..63
 #   HighRes ring: HR_CAP slots of REC_SIZE bytes, then LowRes ring: LR_CAP slots. A file with other ring sizes in a
-#   valid header (an older firmware's 1500/372) is migrated record by record, see HistoryStore.migrate().
+#   valid header (an older firmware's 1500/372) is migrated record by record, see HistoryStore.migrate(); so is a
+#   version 1 file (56-byte records without the cost fields: its records keep every field, their cost unknown).
 # Record: seq u32, t u32 (UTC epoch s), day i32 (local day number), power i32 (W), off i16 (UTC offset, min),
-#         flags u16, a i64, b i64, c i64, d i64 (energies in 0.1 Wh), crc u32 (CRC-32 of bytes 0..51).
-#   HighRes: t = start of the quarter hour, a/b = import/export totals at its end, c/d = its import/export energy.
-#   LowRes:  t = start of the local day, a/b = totals at the start of the day, c/d = the day's energy.
+#         flags u16, a i64, b i64, c i64, d i64 (energies in 0.1 Wh), ic i32, ec i32 (import cost and export
+#         revenue in micro-units of the currency, valid with F_IC / F_EC), crc u32 (CRC-32 of bytes 0..59).
+#   HighRes: t = start of the quarter hour, a/b = import/export totals at its end, c/d = its import/export energy,
+#            ic/ec = what that energy cost and earned at the price in force when the quarter closed (booked once).
+#   LowRes:  t = start of the local day, a/b = totals at the start of the day, c/d = the day's energy, ic/ec the
+#            sums of its priced quarters.
 MAGIC = b"MPH\x01"
-VERSION = const(1)
+VERSION = const(2)
 HEADER_SIZE = const(64)
-REC_FMT = "<IIiihhqqqqI"
-REC_SIZE = const(56)
+REC_FMT = "<IIiihhqqqqiiI"
+REC_SIZE = const(64)
+V1_FMT = "<IIiihhqqqqI"   # version 1: no cost fields
+V1_SIZE = const(56)
 _HDR_FMT = "<4sHHHH"
 HR = const(1)
 LR = const(2)
@@ -33,29 +39,46 @@ F_POWER = const(1)    # power holds an average of 16.7.0 samples
 F_GAP = const(2)      # the energy spans time without readings (counted from the last known totals)
 F_REBASE = const(4)   # ctRatio changed or the counter went back: energy counted from the new base
 F_NO_EXPORT = const(8)  # the meter has no export register
+F_IC = const(16)      # ic holds the import cost (HighRes: the quarter was priced; LowRes: at least one quarter)
+F_EC = const(32)      # ec holds the export revenue
+F_IC_PART = const(64)   # LowRes: some quarter with import energy has no import cost (no price then)
+F_EC_PART = const(128)  # LowRes: some quarter with export energy has no export revenue
 
 _FILL = const(512)    # bytes per write when preallocating
 READ_BATCH = const(16)  # slots read per open while streaming an answer (896 bytes of buffer)
 
 
-def _seed(kind):
+def _seed(kind, version=VERSION):
     # Version and ring in the CRC seed: a record of another format or the other ring never passes.
-    return (VERSION << 8) | kind
+    return (version << 8) | kind
 
 
 def pack_into(buf, kind, seq, rec):
-    """Pack rec = (seq, t, day, power, off, flags, a, b, c, d) into buf (REC_SIZE bytes) with seq in place of rec[0]."""
+    """Pack rec = (seq, t, day, power, off, flags, a, b, c, d[, ic, ec]) into buf (REC_SIZE bytes) with seq in place
+    of rec[0]; a record without cost fields is written with them zero (its flags say they hold nothing)."""
+    ic = rec[10] if len(rec) > 10 else 0
+    ec = rec[11] if len(rec) > 11 else 0
     struct.pack_into(REC_FMT, buf, 0, seq, rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8],
-                     rec[9], 0)
+                     rec[9], ic, ec, 0)
     struct.pack_into("<I", buf, REC_SIZE - 4, crc32(memoryview(buf)[:REC_SIZE - 4], _seed(kind)))
 
 
 def unpack(buf, kind, at=0):
-    """(seq, t, day, power, off, flags, a, b, c, d) of a valid record at buf[at:], or None when its CRC fails."""
+    """(seq, t, day, power, off, flags, a, b, c, d, ic, ec) of a valid record at buf[at:], or None when its CRC
+    fails."""
     v = struct.unpack_from(REC_FMT, buf, at)
-    if v[10] != crc32(memoryview(buf)[at:at + REC_SIZE - 4], _seed(kind)) or v[0] == 0:
+    if v[12] != crc32(memoryview(buf)[at:at + REC_SIZE - 4], _seed(kind)) or v[0] == 0:
         return None
-    return v[:10]
+    return v[:12]
+
+
+def unpack_v1(buf, kind, at=0):
+    """A version 1 record (56 bytes, no cost fields) in the current shape: ic and ec 0, their flags clear (cost
+    unknown: no price was booked when it was written), or None when its CRC fails."""
+    v = struct.unpack_from(V1_FMT, buf, at)
+    if v[10] != crc32(memoryview(buf)[at:at + V1_SIZE - 4], _seed(kind, 1)) or v[0] == 0:
+        return None
+    return v[:5] + (v[5] & ~(F_IC | F_EC | F_IC_PART | F_EC_PART),) + v[6:10] + (0, 0)
 
 
 def header_bytes(hr_cap, lr_cap):
@@ -79,10 +102,12 @@ def parse_header(h):
 class Ring:
     """One ring of the file: where it starts, its slots, the next slot and sequence number to write."""
 
-    def __init__(self, kind, base, cap):
+    def __init__(self, kind, base, cap, rsize=REC_SIZE):
         self.kind = kind
         self.base = base
         self.cap = cap
+        self.rsize = rsize   # V1_SIZE: a version 1 file's ring, read by a migration
+        self.unpack = unpack if rsize == REC_SIZE else unpack_v1
         self.head = 0        # next slot to write
         self.next_seq = 1    # sequence number of the next record (0 marks an empty slot)
         self.valid = 0       # readable records found by the last scan
@@ -91,7 +116,7 @@ class Ring:
 
     def offset(self, slot):
         """File offset of a slot."""
-        return self.base + slot * REC_SIZE
+        return self.base + slot * self.rsize
 
     def scan(self, f, buf):
         """Find the newest record (highest seq): the head follows it. Reads every slot once."""
@@ -99,12 +124,15 @@ class Ring:
         self.valid = self.bad = 0
         self.last = None
         f.seek(self.base)
+        rsize = self.rsize
+        if len(buf) != rsize:
+            buf = memoryview(buf)[:rsize]
         for slot in range(self.cap):
-            if f.readinto(buf) != REC_SIZE:
+            if f.readinto(buf) != rsize:
                 break
-            r = unpack(buf, self.kind)
+            r = self.unpack(buf, self.kind)
             if r is None:
-                if buf[0] != 0 or buf[4] != 0 or buf[REC_SIZE - 1] != 0:
+                if buf[0] != 0 or buf[4] != 0 or buf[rsize - 1] != 0:
                     self.bad += 1  # blank slots are zero; anything else is torn or foreign
                 continue
             self.valid += 1
@@ -126,7 +154,9 @@ class Ring:
         Reads len(buf) // REC_SIZE slots per open of the file and holds no file open while it yields: an answer
         streamed over many polls neither pins a file handle nor blocks a flush in between.
         """
-        per = len(buf) // REC_SIZE
+        rsize = self.rsize
+        unpack_at = self.unpack
+        per = len(buf) // rsize
         last_seq = 0
         last_t = -1
         i = 0
@@ -142,22 +172,22 @@ class Ring:
             if n > cap - slot:
                 n = cap - slot  # up to the end of the ring; the next batch starts at slot 0
             with opener(path, "rb") as f:
-                f.seek(self.base + slot * REC_SIZE)
-                got = f.readinto(buf if n == per else memoryview(buf)[:n * REC_SIZE]) // REC_SIZE
+                f.seek(self.base + slot * rsize)
+                got = f.readinto(buf if n == per else memoryview(buf)[:n * rsize]) // rsize
             i += n
             if ticks:
                 yield None
             for k in range(got):
-                at = k * REC_SIZE + 8  # the day field, read byte-wise: a skipped slot allocates nothing
+                at = k * rsize + 8  # the day field, read byte-wise: a skipped slot allocates nothing
                 day = buf[at] | (buf[at + 1] << 8) | (buf[at + 2] << 16)
                 if buf[at + 3] or day < first_day:
                     continue
                 if day >= end_day:
                     # Days only grow along the ring; two days of margin cover a change of time zone.
-                    if day >= end_day + 2 and unpack(buf, self.kind, k * REC_SIZE) is not None:
+                    if day >= end_day + 2 and unpack_at(buf, self.kind, k * rsize) is not None:
                         return
                     continue
-                r = unpack(buf, self.kind, k * REC_SIZE)
+                r = unpack_at(buf, self.kind, k * rsize)
                 # Ordered by seq and time: a stale record from an earlier life of the ring is skipped, not misplaced.
                 if r is None or r[0] > max_seq or r[0] <= last_seq or r[1] <= last_t:
                     continue
@@ -222,6 +252,14 @@ class HistoryStore:
             f.close()
         hdr = parse_header(head)
         status = "ok"
+        if hdr is not None and hdr[0] == 1 and hdr[1] == V1_SIZE:
+            # The format before the cost fields: every record copied into this format, its cost unknown.
+            n_hr, n_lr = self.migrate(hdr[2], hdr[3], V1_SIZE)
+            self.scan()
+            self.status = "migrated"
+            self._note("warning", "history: %s migrated from format v1 to v%d, %d HighRes and %d LowRes records "
+                       "kept", self.path, VERSION, n_hr, n_lr)
+            return self.status
         if hdr is not None and (hdr[0] != VERSION or hdr[1] != REC_SIZE):
             # A format this firmware cannot read: keep the file for a later migration, start a new one.
             aside = "%s.v%d" % (self.path, hdr[0])
@@ -330,9 +368,10 @@ class HistoryStore:
             else:
                 os.rename(old, self.path)      # the copy went missing: the original comes back
 
-    def migrate(self, old_hr_cap, old_lr_cap):
-        """Copy the records of a file with other ring sizes into a new file of this layout; (HighRes, LowRes)
-        records kept. The newest records win when a ring shrinks; sequence numbers stay, so order is kept.
+    def migrate(self, old_hr_cap, old_lr_cap, old_rsize=REC_SIZE):
+        """Copy the records of a file with other ring sizes (or version 1 records of old_rsize = V1_SIZE bytes)
+        into a new file of this layout; (HighRes, LowRes) records kept. The newest records win when a ring shrinks;
+        sequence numbers stay, so order is kept.
 
         Power-cut safe in four drive steps, each leaving a state _finish_migration() completes:
         1. <name>.new written completely (a cut: .new is removed, the original is untouched, migrate again);
@@ -346,13 +385,13 @@ class HistoryStore:
         buf = bytearray(REC_SIZE)
         with open(new, "r+b") as out:
             for i, kind, base, cap, ring in ((0, HR, HEADER_SIZE, old_hr_cap, self.hr),
-                                             (1, LR, HEADER_SIZE + old_hr_cap * REC_SIZE, old_lr_cap, self.lr)):
-                src = Ring(kind, base, cap)
+                                             (1, LR, HEADER_SIZE + old_hr_cap * old_rsize, old_lr_cap, self.lr)):
+                src = Ring(kind, base, cap, old_rsize)
                 with open(self.path, "rb") as f:
                     src.scan(f, buf)
                 skip = src.valid - ring.cap
                 slot = 0
-                for r in src.records(open, self.path, bytearray(READ_BATCH * REC_SIZE)):
+                for r in src.records(open, self.path, bytearray(READ_BATCH * old_rsize)):
                     if skip > 0:
                         skip -= 1
                         continue

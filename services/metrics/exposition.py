@@ -79,3 +79,31 @@ def device_lines(out, device_id, uptime_s, free, largest, rssi, wifi_up, mqtt_st
         _head(out, "meterplus_poll_worst_ms", "gauge", "Longest poll of each module since start, in ms")
         for name, ms in polls:
             _sample(out, "meterplus_poll_worst_ms", ms, 'module="%s"' % _label(name))
+
+
+# (key of services.tariff.service.TariffService.metric_values(), metric name, help)
+_MONEY = (
+    ("price", "meterplus_tariff_import_price", "Import price in force now, currency per kWh"),
+    ("cost_today", "meterplus_import_cost_today", "Import cost booked today (quarter hours closed so far)"),
+    ("cost_month", "meterplus_import_cost_month", "Import cost booked this month"),
+    ("revenue_today", "meterplus_export_revenue_today", "Feed-in revenue booked today"),
+    ("revenue_month", "meterplus_export_revenue_month", "Feed-in revenue booked this month"),
+    ("peak_month", "meterplus_peak_quarter_hour_power_watts", "Highest quarter-hour average import power this month"),
+)
+
+
+def money_lines(out, money):
+    """The tariff's values: money = (currency, [(key, exact text)]) or None (tariff off); unknown values are absent,
+    never 0."""
+    if money is None:
+        return
+    currency, values = money
+    have = {}
+    for k, text in values:
+        have[k] = text
+    for k, name, text in _MONEY:   # this table's order, never a dict's
+        v = have.get(k)
+        if v is None:
+            continue
+        _head(out, name, "gauge", text)
+        _sample(out, name, v, "" if k == "peak_month" else 'currency="%s"' % _label(currency))

@@ -4,7 +4,7 @@ authentication is on; counted against the API's request budget)."""
 from adafruit_httpserver import GET, Response, Route
 from adafruit_ticks import ticks_ms
 
-from services.metrics.exposition import device_lines, meter_lines
+from services.metrics.exposition import device_lines, meter_lines, money_lines
 
 PATH = "/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -27,6 +27,8 @@ def routes(app):
                      app.heap_largest() if app.heap_largest is not None else None,
                      wifi.rssi() if up else None, up, mqtt.conn_state if mqtt is not None else None,
                      sup["worst_cycle_ms"], polls)
+        if app.tariff is not None:
+            money_lines(out, app.tariff.money_values(metrics=True))
         return Response(request, "".join(out), content_type=CONTENT_TYPE)
 
     return [Route(PATH, GET, metrics)]

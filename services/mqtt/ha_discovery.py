@@ -150,3 +150,41 @@ def state_json(values, codes, ts=None):
         if mv is not None:
             parts.append('"%s":%s' % (key(code), value_text(code, mv[0], mv[1])))
     return "{" + ",".join(parts) + "}"
+
+
+# Money entities (issue 29): (key, name de, name en, unit ("$" = the currency), device_class, state_class). The
+# price is what Home Assistant's Energy dashboard takes as "an entity with the current price" (currency/kWh).
+MONEY = (
+    ("price", "Strompreis", "Energy price", "$/kWh", None, "measurement"),
+    ("cost_today", "Stromkosten heute", "Energy cost today", "$", "monetary", "total"),
+    ("cost_month", "Stromkosten Monat", "Energy cost this month", "$", "monetary", "total"),
+    ("peak_month", "Leistungsspitze Monat", "Power peak this month", "W", "power", "measurement"),
+)
+
+
+def money_topic(prefix, k):
+    """Topic of a money entity, e.g. meterplus/<id>/cost_today."""
+    return "%s/%s" % (prefix, k)
+
+
+def money_config_topic(discovery_prefix, device_id, k):
+    return "%s/sensor/%s/%s/config" % (discovery_prefix, entity_node(device_id), k)
+
+
+def money_config_payload(row, device_id, prefix, lang, device_name, sw_version, web_url, currency):
+    """JSON discovery config of one money entity (unique_id wattwaechter_<id>_<key>); available with the device
+    (status topic), not with the meter: a booked cost stays true while the meter is silent."""
+    k, de, en, unit, dclass, sclass = row
+    dev = {"identifiers": [node_id(device_id)], "name": device_name, "manufacturer": MANUFACTURER, "model": MODEL,
+           "sw_version": sw_version}
+    if web_url:
+        dev["configuration_url"] = web_url
+    cfg = {"name": de if lang == "de" else en, "unique_id": "%s_%s" % (entity_node(device_id), k),
+           "state_topic": money_topic(prefix, k), "availability": [{"topic": status_topic(prefix)}],
+           "state_class": sclass, "unit_of_measurement": unit.replace("$", currency), "device": dev,
+           "origin": {"name": ORIGIN, "sw_version": sw_version}}
+    if dclass is not None:
+        cfg["device_class"] = dclass
+    if k == "price":
+        cfg["suggested_display_precision"] = 4
+    return json.dumps(cfg)

@@ -111,6 +111,10 @@ class MqttService(Module):
         self._log = log
         self._rand = rand
         self._settings_ring = bus.subscribe("settings", 4)
+        # money() -> (currency, [(key, value text)]) or None: the tariff's price, cost and peak (issue 29), set by
+        # the wiring when the tariff feature runs; published at each connection and then every money_every_ms.
+        self.money = None
+        self._money_sent = {}
         self.floor = energy_floor if energy_floor is not None else EnergyFloor()
         self.codes_seen = []        # codes the meter has sent: announced on every connection, kept across them
         self._old_checked = False   # a session since the start looked for old discovery configs (issue 30)
@@ -149,6 +153,8 @@ class MqttService(Module):
         # the last one (dropped with the old connection, or forgotten in a broker restart).
         self._sent_reading = None
         self._next_tele = 0
+        self._money_at = None
+        self._money_announced = []
         self._lang = "de"
         self._device_name = ""
         self._url = None
@@ -286,6 +292,8 @@ class MqttService(Module):
             self._queue.insert(0, ("ping",))
         if not self._seeding:
             self._publish_meter(now)
+            if self.money is not None:
+                self._publish_money(now)
         self._pump(now)
 
     def _publish_meter(self, now):
@@ -347,6 +355,37 @@ class MqttService(Module):
         self.count("telemetry")
         return True
 
+    money_every_ms = 60000
+
+    def _publish_money(self, now):
+        """The tariff's values (retained), once a minute or when asked again after a change; discovery for each
+        key the first time this session."""
+        if self._money_at is not None and ticks_less(now, self._money_at):
+            return
+        if len(self._queue) > self.queue_max:
+            return
+        self._money_at = ticks_add(now, self.money_every_ms)
+        got = self.money()
+        if got is None:
+            return
+        currency, values = got
+        prefix = self._cfg.prefix
+        for k, text in values:
+            if k not in self._money_announced:
+                self._money_announced.append(k)
+                self._queue.append(("mdisc", k, currency))
+            self._queue.append(("pub", ha.money_topic(prefix, k), text, True))
+        self.count("money")
+
+    def _send_money_discovery(self, k, currency):
+        cfg = self._cfg
+        for row in ha.MONEY:
+            if row[0] == k:
+                self._mq.publish(ha.money_config_topic(cfg.discovery, self.device_id, k),
+                                 ha.money_config_payload(row, self.device_id, cfg.prefix, self._lang,
+                                                         self._device_name, VERSION, self._url, currency), True)
+                self.count("discovery")
+
     def _pump(self, now):
         """Move queued messages into the client's outbox while it is empty, a few per poll."""
         mq = self._mq
@@ -365,6 +404,8 @@ class MqttService(Module):
                     mq.publish(item[1], item[2], item[3])
                 elif kind == "disc":
                     self._send_discovery(item[1])
+                elif kind == "mdisc":
+                    self._send_money_discovery(item[1], item[2])
                 elif kind == "ping":
                     mq.send_ping()
                 elif kind == "sub":
@@ -539,6 +580,8 @@ class MqttService(Module):
             # Home Assistant restarted and lost its entities: announce every known sensor again.
             for code in self._announced:
                 self._queue.append(("disc", code))
+            self._money_announced = []    # and the money entities with their next values, at once
+            self._money_at = None
             self.count("ha_births")
 
     def _fail(self, now, code, msg):

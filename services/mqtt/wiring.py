@@ -28,4 +28,6 @@ def wire(app):
                                               ssl_context=ssl.create_default_context if ssl is not None else None,
                                               ca_store=CaStore(CA_PATH), web_url=web_url, log=app.log,
                                               energy_floor=app.energy_floor))
+    if app.tariff is not None:
+        app.mqtt.money = app.tariff.money_values
     app.routes.append(mqtt_routes)

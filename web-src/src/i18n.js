@@ -3,6 +3,7 @@
 const T = {
   de: {
     dashboard: 'Übersicht', history: 'Verlauf', settings: 'Einstellungen', security: 'Sicherheit', system: 'System',
+    money: 'Kosten', priceNow: 'Preis jetzt', costToday: 'Kosten heute', // issue 29
     power: 'Leistung', importing: 'Bezug aus dem Netz', exporting: 'Einspeisung ins Netz', idle: 'Kein Fluss',
     importTotal: 'Bezug gesamt', exportTotal: 'Einspeisung gesamt', unknown: 'unbekannt',
     stale: 'Zähler schweigt: Werte unbekannt', meterHealth: 'Zählerverbindung', lastTelegram: 'Letztes Telegramm',
@@ -85,6 +86,7 @@ const T = {
   },
   en: {
     dashboard: 'Dashboard', history: 'History', settings: 'Settings', security: 'Security', system: 'System',
+    money: 'Cost', priceNow: 'Price now', costToday: 'Cost today', // issue 29
     power: 'Power', importing: 'Importing from the grid', exporting: 'Feeding into the grid', idle: 'No flow',
     importTotal: 'Import total', exportTotal: 'Export total', unknown: 'unknown',
     stale: 'Meter silent: values unknown', meterHealth: 'Meter link', lastTelegram: 'Last telegram',

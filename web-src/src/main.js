@@ -10,9 +10,10 @@ import { Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
+import { Money, MoneyRow, noteDoc } from './moneyhook.js'; // issue 29: the money view lives in web/money.js
 import { applyTheme, getTheme, html, noteInfo, sectionMap } from './ui.js';
 
-const PAGES = { dashboard: Dashboard, history: History, settings: Settings, security: Security, system: System };
+const PAGES = { dashboard: Dashboard, history: History, money: Money, settings: Settings, security: Security, system: System };
 const pageOf = () => {
   const p = location.hash.replace(/^#\/?/, '').split('/')[0]; // #/settings/mqtt: the settings page, its MQTT section
   return PAGES[p] ? p : 'dashboard';
@@ -144,6 +145,7 @@ function App() {
 
   const applyDoc = (doc) => {
     if (!doc) return;
+    noteDoc(doc);
     if (doc.device_name) {
       setName(doc.device_name);
       document.title = doc.device_name;
@@ -210,6 +212,7 @@ function App() {
     <${StatusStrip} info=${info} />
     ${offline && html`<p class="banner err" role="alert">${t('offline')}</p>`}
     ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
+    ${page === 'dashboard' && html`<${MoneyRow} />`}
     <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
     ${auth !== 0 && html`<${TokenPrompt} key=${auth.wrong} ask=${auth} onDone=${done} />`}
     <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus · <${LangSwitch} onChange=${() => setLangTick((x) => x + 1)} /> · <${ThemeSwitch} onChange=${() => setGen(gen + 1)} /></footer>`;

@@ -16,6 +16,10 @@ export const SCHEMA = {
   'emulation.shelly': ['bool'], 'emulation.shellyUdpPort': ['int', 0, 65535], 'emulation.shellyUdpPort2': ['int', 0, 65535],
   'emulation.sma': ['bool'], 'emulation.smaSerial': ['int', 0, 4294967295], 'emulation.smaSusyId': ['int', 1, 65535],
   'emulation.smaTargets': ['ipv4list', 3],
+  // issue 29: the money view (web/money.js) sends these; the device checks them (exact decimals, windows)
+  'tariff.mode': ['enum'], 'tariff.currency': ['currency'], 'tariff.importPrice': ['money'], 'tariff.exportPrice': ['money'],
+  'tariff.surcharge': ['money'], 'tariff.baseFee': ['money'], 'tariff.vatPercent': ['money'], 'tariff.tou': ['tou'],
+  'tariff.priceUrl': ['url', true],
 };
 for (const p of ['primary', 'secondary']) {
   SCHEMA[`wifi.${p}.ssid`] = ['ssid'];

@@ -1,0 +1,16 @@
+"""The tariff feature: the price in force, day-ahead prices, cost booked with the history, peaks; its routes."""
+
+from services.tariff import routes as tariff_routes
+from services.tariff.service import TariffService
+
+
+def wire(app):
+    """Register the tariff service after the history (it prices the history's quarter hours)."""
+    try:
+        import ssl
+    except ImportError:
+        ssl = None
+    app.tariff = app.supervisor.add(TariffService(app.pool, app.settings, app.bus, app.clock, history=app.history,
+                                                  ssl_factory=ssl.create_default_context if ssl is not None else None,
+                                                  log=app.log))
+    app.routes.append(tariff_routes)
