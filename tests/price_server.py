@@ -1,5 +1,5 @@
 """A local stand-in of the two public day-ahead price APIs (energy-charts /price, aWATTar /v1/marketdata) on
-127.0.0.1, http or https (a certificate from tests/mqtt_peers.make_ca), answering from tests/captures/prices/ or a
+127.0.0.1, http or https (a certificate from tests/mqtt_peers.make_ca), answering from tests/price_answers/ or a
 body a test sets, with faults: html, stall (accepts, never answers), trickle, close (no answer)."""
 
 import http.server
@@ -8,7 +8,7 @@ import ssl as _ssl
 import threading
 import time
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures", "prices")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "price_answers")
 ENERGY_CHARTS = "energy_charts_2026-10-24_25.json"
 AWATTAR = "awattar_2026-03-29_30.json"
 
