@@ -7,7 +7,7 @@ from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.elapsed import fresh
 from core.module import Module
-from services.api.auth import OPEN, READ, WRITE
+from services.api.auth import OPEN, READ, RECOVERY_MS, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
 from services.api.answers import error_response
 from services.api.http_parse import bearer_token
@@ -40,6 +40,12 @@ AUTH_TABLE = (
     ("/rpc", None, OPEN),
     ("/", "GET", OPEN),   # outside /api/ only the web interface's static files: the page asks for the token itself
 )
+
+
+# The token pair routes a button press on the device opens for RECOVERY_MS (services/api/auth.py) without a token.
+RECOVERY_PATHS = ("/api/v1/auth/tokens/generate", "/api/v1/auth/tokens/confirm")
+UNAUTHORIZED = ("Missing or invalid token. Token lost? Press the device's button briefly: for 2 minutes the page "
+                "may then make a new token pair without one")
 
 
 def is_emulation(path):
@@ -171,9 +177,12 @@ class HttpApi(Module):
         self.emulation_limiter = RateLimiter(self.emulation_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
+        self._events = None        # the bus's "event" ring: a button press opens the token recovery window
 
     def start(self):
         self._names = device_names(self._app.device_id)
+        if self._events is None and getattr(self._app, "bus", None) is not None:
+            self._events = self._app.bus.subscribe("event", 4)
         open_paths = []
         for mod in self._route_modules:  # paths a route module declares token-free (e.g. captive-portal probes)
             open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
@@ -199,6 +208,13 @@ class HttpApi(Module):
             auth = getattr(self._app, "auth", None)
             if auth is not None:
                 auth.poll(now_ms)
+                ev = self._events.pop() if self._events is not None else None
+                while ev is not None:
+                    if ev == ("button", "short"):
+                        auth.open_recovery(now_ms)
+                        self._app.log.info("auth: button pressed, a new token pair may be made for %d s",
+                                           RECOVERY_MS // 1000)
+                    ev = self._events.pop()
         self._server.poll()
 
     def stop(self):
@@ -310,19 +326,28 @@ class HttpApi(Module):
             return False
         return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now))
 
+    def _auth_on(self):
+        """Authentication is on when the settings say so or the token file does (a locked, unreadable one too)."""
+        auth = getattr(self._app, "auth", None)
+        return bool(self._app.settings.get("api_auth_required", False)) or (auth is not None and auth.required)
+
     def _check_token(self, request):
         """None when the request may proceed, else the 401/403 answer."""
         app = self._app
-        if not app.settings.get("api_auth_required", False):
+        if not self._auth_on():
             return None
         need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
+            return None
+        if request.path in RECOVERY_PATHS and request.method == "POST" and app.auth.recovering(self._ticks()):
+            # Physical presence: the button was pressed within RECOVERY_MS. Cross-site requests were refused before.
+            self.count("recovery")
             return None
         token = bearer_token(request.headers.get("Authorization"))
         have = app.auth.level(token) if token else None
         if have is None:
             self.count("unauthorized")
-            return error_response(request, 401, "Missing or invalid token", headers={"WWW-Authenticate": "Bearer"})
+            return error_response(request, 401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         if have < need:
             self.count("forbidden")
             return error_response(request, 403, "This endpoint needs the WRITE token", key="write_token_needed")
