@@ -9,7 +9,7 @@ from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, RECOVERY_MS, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
-from services.api.answers import error_response
+from services.api.answers import ApiError, error_response
 from services.api.http_parse import bearer_token
 from services.api.server import HardenedServer
 
@@ -177,6 +177,7 @@ class HttpApi(Module):
         self.emulation_limiter = RateLimiter(self.emulation_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
+        self.last_open_error = ""  # the last failure of a request without a valid token (counted, never logged)
         self._events = None        # the bus's "event" ring: a button press opens the token recovery window
 
     def start(self):
@@ -239,6 +240,27 @@ class HttpApi(Module):
         return None, allowed
 
     def _dispatch(self, request):
+        """_route(request); what fails in it for a request without a valid token is counted (open_errors, with the
+        last one's method, path and exception type in describe()) and answered 500, never logged: a stranger's
+        errors must not fill the persistent log (issue 26). The owner's errors go on to the server, which logs them."""
+        try:
+            return self._route(request)
+        except ApiError:
+            raise
+        except Exception as exc:
+            if self._authenticated(request):
+                raise
+            self.count("open_errors")
+            self.last_open_error = "%s %s: %s" % (request.method, request.path[:48], type(exc).__name__)
+            return error_response(request, 500, "Internal error")
+
+    def _authenticated(self, request):
+        """True when the request carries a valid token (only then may its failure reach the log)."""
+        auth = getattr(self._app, "auth", None)
+        token = bearer_token(request.headers.get("Authorization"))
+        return bool(token) and auth is not None and auth.level(token) is not None
+
+    def _route(self, request):
         """Browser rules first (421, 403), limits (429, 503), routing (404, 405), the token level (401, 403), handler.
 
         The browser rules come before the rate limit so a hostile page's refused requests cost no budget of the
@@ -358,4 +380,6 @@ class HttpApi(Module):
         if self._server is not None:
             d.update(self._server.counters)
             d["open_connections"] = self._server.connections()
+        if self.last_open_error:
+            d["last_open_error"] = self.last_open_error
         return d

@@ -12,8 +12,10 @@ _JSON = "application/json"
 PATHS = ("/shelly", "/rpc")     # the API service gives these their own request budget and needs no token for them
 
 
-def _params(request):
-    """A GET's query as RPC params: each value as JSON where it parses (id=0 -> 0), else as the text."""
+def _params(request, rpc):
+    """A GET's query as RPC params: each value as JSON where it parses (id=0 -> 0), else as the text; RpcError
+    (400) for a value the parser cannot take at all (nested too deep: RecursionError on CPython, RuntimeError
+    "maximum recursion depth exceeded" on CircuitPython; MemoryError), never an exception past the route."""
     out = {}
     storage = request.query_params._storage
     for name in storage:
@@ -22,6 +24,8 @@ def _params(request):
             out[name] = json.loads(text)
         except ValueError:
             out[name] = text
+        except Exception:
+            raise rpc.RpcError(rpc.BAD_ARGUMENT, "Invalid value of %s" % name[:32])
     return out
 
 
@@ -66,7 +70,12 @@ def routes(app):
             return off(request)
         shelly_rpc = _rpc()
         try:
-            body = shelly_rpc.result(method, _params(request), current(), app.shelly_ident, uptime())
+            try:
+                body = shelly_rpc.result(method, _params(request, shelly_rpc), current(), app.shelly_ident, uptime())
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # token-free: whatever the input makes fail is a bad request, never a 500 or a log
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             body = '{"code":%d,"message":%s}' % (err.code, json.dumps(err.message))
             return Response(request, body, status=status(_http_status(err)), content_type=_JSON)
@@ -83,8 +92,13 @@ def routes(app):
         req_id, src = None, None
         shelly_rpc = _rpc()
         try:
-            req_id, src, method, params = shelly_rpc.request_fields(doc)
-            body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
+            try:
+                req_id, src, method, params = shelly_rpc.request_fields(doc)
+                body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # as in rpc_get
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             return Response(request, shelly_rpc.frame(req_id, app.shelly_ident.id, src, error=err),
                             content_type=_JSON)

@@ -123,9 +123,14 @@ class ShellyWs(Module):
                 doc = json.loads(payload)
             except Exception:
                 raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Malformed JSON")
-            req_id, src, method, params = shelly_rpc.request_fields(doc)
-            body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
-                                     self._ident, self._uptime() if self._uptime is not None else 0)
+            try:
+                req_id, src, method, params = shelly_rpc.request_fields(doc)
+                body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
+                                         self._ident, self._uptime() if self._uptime is not None else 0)
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # token-free: a bad request, never an exception out of poll() (a restart, a log line)
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             self.count("rpc_errors")
             return shelly_rpc.frame(req_id, self._ident.id, src, error=err).encode()
