@@ -7,6 +7,7 @@ from adafruit_httpserver import GET, POST, Response, Route
 from adafruit_ticks import ticks_ms
 
 from services.api.answers import error_response, status
+from services.api.origin import foreign
 
 _JSON = "application/json"
 PATHS = ("/shelly", "/rpc")     # the API service gives these their own request budget and needs no token for them
@@ -109,9 +110,17 @@ def routes(app):
         if not on() or app.shelly_ws is None:
             return off(request)
         headers = request.headers
+        refused = foreign(headers)
+        if refused is not None:
+            # The upgrade is a GET, so the API's same-origin rule lets it by; a page on another origin must not
+            # read live power (with authentication on). Home Assistant sends no Origin; the device's own page would.
+            return error_response(request, 403, "Cross-site WebSocket refused (%s)" % refused, key="cross_site")
         key = headers.get("Sec-WebSocket-Key")
         if (headers.get("Upgrade") or "").lower() != "websocket" or not key or len(key) > 64:
             return error_response(request, 400, "WebSocket upgrade expected (JSON-RPC: POST /rpc)")
+        if not app.shelly_ws.room():
+            return error_response(request, 503, "Both WebSocket sessions are in use", key="busy",
+                                  headers={"Retry-After": "60"})
         from services.emulation.ws_frames import accept_key
 
         request.take_over = app.shelly_ws.adopt
