@@ -445,3 +445,40 @@ def test_checks_run_at_most_once_per_5_minutes_whoever_asks_across_the_wrap(env,
         e.now = (e.now + 1000) % WRAP
         e.svc.poll(e.now)
     assert len(starts) == 1 and e.svc.check_result(e.now)["data"]["next_check_in_s"] > 0
+
+
+@pytest.mark.parametrize("expires_in_s,synced,offered", [(-1, True, False), (0, True, False), (3600, True, True),
+                                                         (-86400, False, True)])
+def test_an_expired_manifest_is_refused_with_a_clear_state(env, expires_in_s, synced, offered):
+    """Issue 26 finding 11: an optional signed expiry; an expired manifest (a server replaying an old one) is refused
+    while the clock is synced; without a synced clock it cannot be told and passes."""
+    e = env
+    now_utc = 1_800_000_000
+    e.manifest["expires"] = now_utc + expires_in_s
+    write_manifest(e.pub, e.manifest)                          # signed with the expiry inside
+    clock = NightClock(now_utc)
+    clock.synced = synced
+    e.svc._clock = clock
+    e.svc.start()
+    run(e, lambda: e.svc.phase == "idle" and e.svc._checked_at is not None and e.svc._req is None
+        and (e.svc.server_version or e.svc.last_error))
+    d = e.svc.check_result(e.now)["data"]
+    assert d["update_available"] is offered, d
+    if not offered:
+        assert d["error"] == "expired" and "expired at 2027-01-15 0" in d["message"]
+        assert e.svc.start_update()["ok"] is False
+
+
+def test_the_signature_covers_the_expiry(env):
+    e = env
+    e.manifest["expires"] = 1_800_000_000 - 1
+    write_manifest(e.pub, e.manifest)
+    with open(os.path.join(e.pub, "manifest.json")) as f:
+        text = f.read()
+    with open(os.path.join(e.pub, "manifest.json"), "w") as f:
+        f.write(text.replace(str(1_800_000_000 - 1), str(1_900_000_000 - 1)))   # moved on the way: not re-signed
+    e.svc._clock = NightClock(1_800_000_000)
+    e.svc.start()
+    run(e, lambda: e.svc.phase == "idle" and e.svc._req is None and e.svc.last_error)
+    d = e.svc.check_result(e.now)["data"]
+    assert d["error"] == "signature" and d["update_available"] is False

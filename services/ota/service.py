@@ -93,6 +93,14 @@ def _expired(now, stamp, ms):
     return age < 0 or age >= ms
 
 
+def _iso(secs):
+    """YYYY-MM-DD HH:MM of Unix seconds (UTC)."""
+    from core.tz import to_civil
+
+    y, mo, d, hh, mm, _ss = to_civil(int(secs))
+    return "%04d-%02d-%02d %02d:%02d" % (y, mo, d, hh, mm)
+
+
 def _valid_version(text):
     try:
         mf.parse_version(text)
@@ -523,6 +531,12 @@ class OtaService(Module):
             self._failed(now, "manifest", "update check: manifest cannot be read: %r" % exc)
             return
         m["source"] = self._source
+        if mf.expired(m, t):
+            self.available = None
+            self.server_version = ""
+            self._failed(now, "expired", "update check: the server's manifest (version %s) expired at %s UTC: "
+                                         "refused (an old manifest served again)" % (m["version"], _iso(m["expires"])))
+            return
         # A check that took long (a slow server, the signature's ~90 polls on a loaded device) is fresh from its
         # end: GET ota/check would otherwise start another one at once and refuse ota/start as "Busy: checking".
         self._checked_at = now
