@@ -83,20 +83,21 @@ def test_the_tls_context_is_built_once_not_per_connection(broker, certs, monkeyp
     loads = []
     real = ssl._real.SSLContext
     default_certs, verify = real.load_default_certs, real.load_verify_locations
-    monkeypatch.setattr(real, "load_default_certs", lambda self, *a: (loads.append("bundle"), default_certs(self, *a))[1])
+    monkeypatch.setattr(real, "load_default_certs",
+                        lambda self, *a: (loads.append("bundle"), default_certs(self, *a))[1])
     monkeypatch.setattr(real, "load_verify_locations",
                         lambda self, *a, **k: (loads.append("cadata"), verify(self, *a, **k))[1])
     monkeypatch.setattr(ssl, "_device_contexts", {}, raising=False)
     pool = socketpool.SocketPool(wifi.radio)
     ca = open(certs["ca.crt"]).read()
-    for i in range(5):
+    for _ in range(5):
         ctx = ssl.create_default_context()                   # as services/mqtt/service.py does per connection
         ctx.load_verify_locations(cadata=ca)
         sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="localhost")
         sock.settimeout(15)
         sock.connect(("127.0.0.1", broker.tls_port))
         sock.close()
-    for i in range(3):                                        # the built-in bundle (OTA, cloud): once as well
+    for _ in range(3):                                        # the built-in bundle (OTA, cloud): once as well
         ctx = ssl.create_default_context()
         sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="localhost")
         sock.settimeout(15)

@@ -217,7 +217,8 @@ def test_a_new_destination_drops_the_stored_secret_unless_given_again(secret, de
     s.update(merge(nest(dest, "old.example" if "host" in dest else "Home"), nest(secret, "ownersecret1")))
     assert s.update(merge(nest(dest, new), nest(secret, "ownersecret1"))) == [dest]   # given again: kept
     assert s.get(secret) == "ownersecret1"
-    assert s.update(nest(group + ".enable", not s.get(group + ".enable")) if "wifi" in group else {"mqtt": {"port": 1884}})
+    other = nest(group + ".enable", not s.get(group + ".enable")) if "wifi" in group else {"mqtt": {"port": 1884}}
+    assert s.update(other)
     assert s.get(secret) == "ownersecret1"                   # other keys of the group leave it alone
 
 

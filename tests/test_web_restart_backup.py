@@ -94,9 +94,9 @@ def test_a_crafted_backup_changes_neither_the_network_nor_where_the_broker_passw
     page.goto(device.url + "/#/settings/backup")
     page.locator("[data-test=backup]").wait_for()
     before = device.get("/api/v1/settings")[1]
-    crafted = {"meterplus_backup": 1, "settings": {"wifi.primary.ssid": "EvilTwin", "wifi.primary.password": "evilpass1",
-                                                   "accessPoint.enable": True, "api_auth_required": False,
-                                                   "device_name": "Gekapert", "mqtt": {"host": "broker.evil.example"}}}
+    crafted = {"meterplus_backup": 1, "settings": {
+        "wifi.primary.ssid": "EvilTwin", "wifi.primary.password": "evilpass1", "accessPoint.enable": True,
+        "api_auth_required": False, "device_name": "Gekapert", "mqtt": {"host": "broker.evil.example"}}}
     said = _restore(page, tmp_path, crafted, "abgelehnt", "crafted.json")
     assert "wifi.primary.ssid" in said or "WLAN" in said or "SSID" in said
     assert device.get("/api/v1/settings")[1] == before            # nothing changed, not even the name
