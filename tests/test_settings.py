@@ -388,3 +388,14 @@ def test_documents_an_older_firmware_left_half_renamed_are_read(tmp_path, left):
     assert read_json_file(path) == {"v": "next"}
     durable_file.remove_all(path)
     assert os.listdir(tmp_path) == [] and read_json_file(path) is None
+
+
+def test_a_document_nested_too_deep_or_too_large_is_damaged_inside_micropython(tmp_path):
+    """Issue 26 finding 9 in the VM: a name holding a document too large to read (or nested deeper than the parser
+    takes) is skipped like a torn one, and the next name is read; nothing raises out of read_json_file."""
+    files = {"s.json.new": b'{"x": "' + b"a" * 20000 + b'"}', "s.json": b"[" * 5000, "s.json.bak": b'{"v": "old"}'}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with MicroVM(packages=("core",), extra_files=[(str(tmp_path / n), n) for n in files]) as vm:
+        out, _fuel = vm.run("from core.json_store import read_json_file\nprint(read_json_file('/input/s.json'))\n")
+    assert out.strip() == "{'v': 'old'}", out
