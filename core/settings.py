@@ -47,12 +47,11 @@ DEFAULTS = {
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
 SECRETS = ("wifi.primary.password", "wifi.secondary.password", "accessPoint.password", "mqtt.password")
 # Where a stored secret goes: changing the destination drops the secret unless the same request gives it again, so a
-# crafted backup or a slip never sends the owner's broker password to another broker, nor makes the device present
-# the WiFi passphrase's handshake to another network (an open network or another password is then said explicitly).
-# The cloud pairing (cloud.json, not a setting) follows cloud.host the same way (services/api/routes_settings.py);
-# the OTA server and the access point get no secret.
-SECRET_DESTINATIONS = (("mqtt.password", "mqtt.host"), ("wifi.primary.password", "wifi.primary.ssid"),
-                       ("wifi.secondary.password", "wifi.secondary.ssid"))
+# crafted backup or a slip never sends the owner's broker password to another broker. The cloud pairing (cloud.json,
+# not a setting) follows cloud.host the same way (services/api/routes_settings.py); the OTA server and the access
+# point get no secret. Not the WiFi passphrase: WPA2 never sends it, a backup cannot change the WiFi (restore
+# refuses those keys) and the page reuses it for a renamed network only after asking (tests/test_web_ui.py).
+SECRET_DESTINATIONS = (("mqtt.password", "mqtt.host"),)
 # Keys that take effect only at the next restart (the radio is configured at boot); everything else applies at once.
 RESTART_PREFIXES = ("wifi.", "accessPoint.")
 
