@@ -418,6 +418,20 @@ def test_a_broken_fragment_sequence_ends_only_its_session(frames):
     assert sock.closed and ws.sessions() == 0 and ws.describe()["protocol_errors"] == 1
 
 
+def test_pipelined_requests_are_answered_between_not_dropped_as_a_slow_reader():
+    """Issue 26 finding 11: every answer of one read waited in the output; 20 large answers at once (over max_out)
+    ended the session as a "slow reader" although the client reads all it is sent."""
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    one = _client_frame(1, b'{"id":1,"method":"Shelly.GetStatus"}')
+    many = one * (1038 // len(one))
+    sock.script.append(many)
+    ws.poll(100)
+    assert not sock.closed and ws.describe().get("slow_reader", 0) == 0
+    assert len(sock.sent) > ShellyWs.max_out and ws.describe()["answers"] == 1038 // len(one)
+
+
 def test_an_exception_while_answering_is_an_error_frame_never_out_of_poll(monkeypatch):
     """Issue 26 finding 8: what fails on a token-free path is a bad request (CircuitPython's deep-nesting error is a
     RuntimeError), not an exception out of poll() that the supervisor logs and restarts on."""

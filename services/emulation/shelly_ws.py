@@ -148,6 +148,9 @@ class ShellyWs(Module):
                     return False
                 if payload is not None:
                     s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
+                    # Sent between pipelined requests: a client that asks many at once is not a slow reader.
+                    if not self._flush(s):
+                        return False
             elif opcode != ws_frames.PONG:
                 self.count("protocol_errors")         # an opcode RFC 6455 reserves
                 return False
