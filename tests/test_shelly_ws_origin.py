@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -100,7 +101,18 @@ def test_the_devices_own_page_still_connects(browser, device):  # noqa: F811
 
 
 def _handshake(port, origin=None):
-    """A plain-socket upgrade; (status, socket) with the socket left open on 101."""
+    """A plain-socket upgrade; (status, socket) with the socket left open on 101. A 429 (the emulation's request
+    budget, spent by the tests before on a loaded machine) is waited out: it is not what is tested here."""
+    for _ in range(20):
+        status, s = _handshake_once(port, origin)
+        if status != 429:
+            return status, s
+        s.close()
+        time.sleep(1)
+    return status, s
+
+
+def _handshake_once(port, origin):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     key = base64.b64encode(os.urandom(16)).decode()
     head = ("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -117,8 +129,15 @@ def _handshake(port, origin=None):
     return int(data[9:12]) if data.startswith(b"HTTP/1.1 ") else 0, s
 
 
+def _sessions(device):
+    status, info, _ = device.get("/api/v1/system/info", headers={"Authorization": "Bearer " + TOKEN})
+    assert status == 200, info
+    return {row["name"]: row["value"] for row in info["emulation"]}["shelly_ws.sessions"]
+
+
 def test_plain_socket_origin_rule_and_two_sessions(device):
     port = device.port
+    device.wait_for(lambda: _sessions(device) == 0)             # the browser tests' sessions have ended
     status, s = _handshake(port, "http://evil.example")
     s.close()
     assert status == 403
