@@ -50,18 +50,34 @@ def write_text(path, text):
 
 
 def read_text(path, parse, limit=-1):
-    """parse(text) of the first of names(path) that reads and parses (ValueError: torn, empty), or None."""
+    """parse(text) of the first of names(path) that reads and parses, or None.
+
+    A name that cannot be read or parsed is skipped, whatever the reason: torn or empty (ValueError), too large for
+    the heap (MemoryError), nested too deep for the parser (RecursionError on CPython, RuntimeError "maximum
+    recursion depth exceeded" on CircuitPython). Such a file is damaged, never a reason not to boot.
+    """
     for name in names(path):
         try:
             with open(name) as f:
                 text = f.read(limit)
-        except (OSError, UnicodeError):
+        except (OSError, UnicodeError, MemoryError):
             continue
         try:
             return parse(text)
-        except ValueError:
+        except (ValueError, RuntimeError, MemoryError):
             continue
     return None
+
+
+def stored(path):
+    """True when a file is there under any of names(path), readable or not."""
+    for name in names(path):
+        try:
+            os.stat(name)
+            return True
+        except OSError:
+            pass
+    return False
 
 
 def remove_all(path):

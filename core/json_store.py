@@ -10,6 +10,18 @@ def write_atomic(path, obj):
     write_text(path, json.dumps(obj))
 
 
+# The largest document read back: the settings are ~2 KB, tokens and pairings a few hundred bytes. A larger file is
+# damaged (or planted): reading it whole could exhaust the heap at boot.
+MAX_CHARS = 16384
+
+
+def _parse(text):
+    if len(text) > MAX_CHARS:
+        raise ValueError("larger than %d characters" % MAX_CHARS)
+    return json.loads(text)   # ValueError: empty, torn, no JSON; RuntimeError/RecursionError: nested too deep
+
+
 def read_json_file(path):
-    """The stored document (recovered from an interrupted write_atomic if needed); None when there is none."""
-    return read_text(path, json.loads)  # ValueError: empty, torn, no JSON
+    """The stored document (recovered from an interrupted write_atomic if needed); None when there is none or none of
+    its names holds a readable document (durable_file.stored() tells the two apart)."""
+    return read_text(path, _parse, MAX_CHARS + 1)

@@ -52,6 +52,12 @@ DEFAULTS = {
 
 LANGUAGES = (("de", "Deutsch"), ("en", "English"))
 SECRETS = ("wifi.primary.password", "wifi.secondary.password", "accessPoint.password", "mqtt.password")
+# Where a stored secret goes: changing the destination drops the secret unless the same request gives it again, so a
+# crafted backup or a slip never sends the owner's broker password to another broker. The cloud pairing (cloud.json,
+# not a setting) follows cloud.host the same way (services/api/routes_settings.py); the OTA server and the access
+# point get no secret. Not the WiFi passphrase: WPA2 never sends it, a backup cannot change the WiFi (restore
+# refuses those keys) and the page reuses it for a renamed network only after asking (tests/test_web_ui.py).
+SECRET_DESTINATIONS = (("mqtt.password", "mqtt.host"),)
 # Keys that take effect only at the next restart (the radio is configured at boot); everything else applies at once.
 RESTART_PREFIXES = ("wifi.", "accessPoint.")
 
@@ -513,6 +519,12 @@ class Settings:
             if not key or path in flat:
                 errors[path or "(empty)"] = "unknown key" if not key else "given twice"
                 continue
+            if "." in key and prefix:
+                # Two spellings, never mixed: nested objects as GET answers, or dotted keys at the top level.
+                # {"wifi": {"primary.ssid": ...}} is neither (a restore filter looking for objects misses it).
+                errors[path] = "dotted key %s inside an object: nest it, or give the whole dotted key at the top " \
+                               "level" % _escaped(key)
+                continue
             if path in _GROUPS:
                 if isinstance(value, dict):
                     self._flatten(value, path + ".", flat, errors)
@@ -520,6 +532,13 @@ class Settings:
                     errors[path] = "must be an object"
                 continue
             flat[path] = value
+
+    def keys_of(self, patch):
+        """(dotted keys a patch names, errors of its shape): how it would be read, whatever its spelling."""
+        flat, errors = {}, {}
+        if isinstance(patch, dict):
+            self._flatten(patch, "", flat, errors)
+        return sorted(flat), errors
 
     def _read_only(self, key, value):
         """None when key is a read-only key of the GET document posted back unchanged, else a reason."""
@@ -556,6 +575,10 @@ class Settings:
             if _get(doc, key) != norm:
                 _set(doc, key, norm)
                 changed.append(key)
+        for secret, dest in SECRET_DESTINATIONS:
+            if dest in changed and not flat.get(secret) and _get(doc, secret):
+                _set(doc, secret, "")   # a new destination and the secret not given again: dropped, never sent on
+                changed.append(secret)
         self._cross_checks(doc, flat, errors)
         changed.sort()   # the patch's key order is the dict's, which CircuitPython does not keep: answers and logs
         return doc, changed, errors

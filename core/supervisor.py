@@ -26,6 +26,7 @@ class _Slot:
         self.last_error = None
         self.worst_ms = 0
         self.slow_polls = 0
+        self.warned_ms = 0       # the slowest poll written to the log
         self.ok_since = None
         self.essential = False   # never given up (the HTTP API: the way a user repairs the device)
         self.last = False        # kept at the end of the poll order
@@ -171,11 +172,15 @@ class Supervisor:
             finally:
                 t1 = ticks()
                 spent = (t1 - t0) & _TICKS_MASK
-                if spent > slot.worst_ms:
-                    slot.worst_ms = spent
                 if spent > self.warn_poll_ms:
                     slot.slow_polls += 1
-                    self._note("warning", "%s poll took %d ms", mod.name, spent)
+                    if spent > slot.warned_ms + (slot.warned_ms >> 2):
+                        # Counted every time, written only for a new worst by a quarter: a flood that slows the
+                        # HTTP poll now and then must not fill the persistent log (issue 26).
+                        slot.warned_ms = spent
+                        self._note("warning", "%s poll took %d ms", mod.name, spent)
+                if spent > slot.worst_ms:
+                    slot.worst_ms = spent
             if slot.faults and slot.ok_since is not None and ticks_diff(now, slot.ok_since) >= self.healthy_after_ms:
                 slot.faults = 0
                 if mod.state == WARN:

@@ -40,7 +40,11 @@ class _Routes:
             self.changes.append(request.method)
             return JSONResponse(request, {"rebooting": True})
 
+        def broken(request):
+            raise RuntimeError("maximum recursion depth exceeded")   # CircuitPython's deep-nesting error
+
         return [Route("/api/v1/system/alive", GET, alive), Route("/api/v1/settings", GET, settings),
+                Route("/rpc/broken", GET, broken), Route("/api/v1/broken", GET, broken),
                 Route("/api/v1/system/reboot", POST, change), Route("/api/v1/mqtt/ca", [GET, POST, DELETE], change)]
 
 
@@ -99,6 +103,29 @@ def api(tmp_path):
     a = Api(tmp_path)
     yield a
     a.stop()
+
+
+# --- token-free errors (issue 26 finding 8) ---
+
+
+def test_a_strangers_failure_is_counted_never_logged_and_the_owners_is_logged(api):
+    lines = api.app.log.entries
+    before = len(list(lines()))
+    for path in ("/rpc/broken", "/api/v1/broken", "/rpc/broken"):
+        status, _h, body = api.send("GET", path)
+        assert status == 500 and body["code"] == "device_error"
+    assert len(list(lines())) == before                           # no line from a request without a valid token
+    d = api.api.describe()
+    assert d["open_errors"] == 3 and d["last_open_error"] == "GET /rpc/broken: RuntimeError"
+    assert d.get("handler_errors", 0) == 0
+    read, write = api.app.auth.generate(api.clock())
+    api.app.auth.confirm(write, api.clock())
+    status, _h, _b = api.send("GET", "/api/v1/broken", headers={"Authorization": "Bearer " + read})
+    assert status == 500
+    assert any("RuntimeError" in e[2] for e in lines())           # the owner's failure is logged as before
+    assert api.api.describe()["open_errors"] == 3
+    status, _h, _b = api.send("GET", "/rpc/broken", headers={"Authorization": "Bearer " + "f" * 64})
+    assert status == 500 and api.api.describe()["open_errors"] == 4    # a wrong token is no token
 
 
 # --- rate limit ---

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from services.api.auth import PENDING_MS, READ, WRITE, TokenError, Tokens, same, sha256_hex
+from services.api.auth import PENDING_MS, READ, RECOVERY_MS, WRITE, TokenError, Tokens, same, sha256_hex
 from tests.steppedclock import SteppedClock
 from tools.mpvm import MicroVM
 
@@ -115,12 +115,53 @@ def test_second_generate_replaces_pending(tmp_path):
     assert t.level(w2) == WRITE
 
 
-def test_broken_token_file_means_no_tokens(tmp_path):
+DAMAGED_TOKENS = {"bad_hashes": '{"read": "zz", "write": 5}', "zeroed": "\x00" * 200, "torn": '{"read": "ab',
+                  "null": "null", "deep": "[" * 100000, "huge": '{"x": "' + "a" * 100000 + '"}'}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGED_TOKENS))
+def test_an_unreadable_token_file_locks_never_opens(tmp_path, kind):
+    """Findings 9/10 of issue 26: a token file that is there but unreadable (deep nesting raised RecursionError out
+    of load() before) means authentication on with no token valid, never the factory state."""
     p = tmp_path / "tokens.json"
-    p.write_text('{"read": "zz", "write": 5}')
+    p.write_text(DAMAGED_TOKENS[kind])
     t = Tokens(str(p))
     t.load()
-    assert not t.configured() and t.load_error
+    assert t.locked and t.required and t.load_error and not t.configured() and t.level("a" * 64) is None
+
+
+def test_the_recovery_window_lasts_two_minutes_across_the_tick_wrap(tmp_path):
+    clock = SteppedClock()                          # starts 5 s before the wrap
+    p = tmp_path / "tokens.json"
+    p.write_text("null")
+    t = Tokens(str(p))
+    t.load()
+    assert not t.recovering(clock())
+    t.open_recovery(clock())
+    clock.advance(RECOVERY_MS - 1)                  # across the wrap
+    assert t.recovering(clock())
+    clock.advance(1)
+    assert not t.recovering(clock())
+    t.open_recovery(clock())
+    clock.advance(1 << 28)                          # long past: the stamp looks like the future
+    t.poll(clock())
+    clock.advance(1 << 29)                          # a whole wrap later it would look recent again: dropped already
+    assert not t.recovering(clock())
+
+
+def test_a_pair_confirmed_in_the_window_unlocks_and_stays_on(tmp_path):
+    clock = SteppedClock()
+    p = tmp_path / "tokens.json"
+    p.write_text("[" * 50000)
+    t = Tokens(str(p))
+    t.load()
+    t.open_recovery(clock())
+    _r, w = t.generate(clock())
+    t.confirm(w, clock())
+    assert not t.locked and t.required and t.level(w) == WRITE and not t.recovering(clock())
+    t2 = Tokens(str(p))
+    t2.load()
+    assert t2.required and t2.level(w) == WRITE
 
 
 def test_tokens_come_from_urandom(tmp_path):

@@ -73,3 +73,44 @@ def test_cpython_users_keep_the_real_ssl(certs):
         ctx.wrap_socket(raw, server_hostname="localhost")
     raw.close()
     assert socketpool.open_count() == 0
+
+
+def test_the_tls_context_is_built_once_not_per_connection(broker, certs, monkeypatch):
+    """Issue 26 finding 11: the firmware asks for a context at every connection (MQTT, OTA, cloud) and the stand-in
+    loaded CPython's whole default bundle for each (twice: ~40 ms here, ~1 s at load 11). Now trust anchors load
+    once per process; the connections still verify (a wrong host name is still refused)."""
+    ssl = device_ssl()
+    loads = []
+    real = ssl._real.SSLContext
+    default_certs, verify = real.load_default_certs, real.load_verify_locations
+    monkeypatch.setattr(real, "load_default_certs",
+                        lambda self, *a: (loads.append("bundle"), default_certs(self, *a))[1])
+    monkeypatch.setattr(real, "load_verify_locations",
+                        lambda self, *a, **k: (loads.append("cadata"), verify(self, *a, **k))[1])
+    monkeypatch.setattr(ssl, "_device_contexts", {}, raising=False)
+    pool = socketpool.SocketPool(wifi.radio)
+    ca = open(certs["ca.crt"]).read()
+    for _ in range(5):
+        ctx = ssl.create_default_context()                   # as services/mqtt/service.py does per connection
+        ctx.load_verify_locations(cadata=ca)
+        sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="localhost")
+        sock.settimeout(15)
+        sock.connect(("127.0.0.1", broker.tls_port))
+        sock.close()
+    for _ in range(3):                                        # the built-in bundle (OTA, cloud): once as well
+        ctx = ssl.create_default_context()
+        sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="localhost")
+        sock.settimeout(15)
+        with pytest.raises(OSError):
+            sock.connect(("127.0.0.1", broker.tls_port))    # our test CA is not in the bundle: still verified
+        sock.close()
+    assert loads.count("cadata") == 1 and loads.count("bundle") == 1, loads
+    ctx = ssl.create_default_context()                        # a wrong name is refused with the cached context too
+    ctx.load_verify_locations(cadata=ca)
+    sock = ctx.wrap_socket(pool.socket(pool.AF_INET, pool.SOCK_STREAM), server_hostname="meter.example")
+    sock.settimeout(15)
+    with pytest.raises(OSError) as e:
+        sock.connect(("127.0.0.1", broker.tls_port))
+    assert e.value.errno == ssl.MBEDTLS_ERR_X509_CERT_VERIFY_FAILED
+    sock.close()
+    assert socketpool.open_count() == 0

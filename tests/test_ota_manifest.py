@@ -48,11 +48,25 @@ def test_valid_manifest():
     ({"files": [{"path": "code.py", "size": 9, "sha256": SHA}] +
       [{"path": "web/f%d.js" % i, "size": m.MAX_FILE_BYTES, "sha256": SHA} for i in range(9)]}, "add up"),
     ({"notes": "x"}, "notes"),
+    ({"expires": "2027-01-01"}, "expires"),
+    ({"expires": True}, "expires"),
+    ({"expires": -1}, "expires"),
+    ({"expires": 1.5e9}, "expires"),
 ])
 def test_bad_manifests_are_rejected_with_the_reason(over, needle):
     with pytest.raises(m.ManifestError) as e:
         m.parse_manifest(doc(**over))
     assert needle in str(e.value)
+
+
+def test_an_optional_expiry_in_unix_seconds():
+    """Issue 26 finding 11: manifests had no expiry, so an old signed manifest served again hid newer releases."""
+    assert m.parse_manifest(doc())["expires"] == 0
+    got = m.parse_manifest(doc(expires=1800000000))
+    assert got["expires"] == 1800000000
+    assert not m.expired(got, 1799999999) and m.expired(got, 1800000000)
+    assert not m.expired(got, None)                           # no synced clock: cannot tell
+    assert not m.expired(m.parse_manifest(doc()), 1 << 40)    # no expiry: never
 
 
 def test_not_json_and_too_large():

@@ -414,3 +414,71 @@ def test_a_long_check_is_fresh_from_its_end_so_the_offer_can_be_installed(env):
     assert env.svc.phase == "idle"
     answer = env.svc.start_update()
     assert answer["ok"] is True, answer
+
+
+def test_checks_run_at_most_once_per_5_minutes_whoever_asks_across_the_wrap(env, monkeypatch):
+    """Issue 26 finding 11: every POST /ota/start without an offer (and every GET once stale, every ota.url change)
+    started a check, each a full signature check. Now one per 5 minutes; the API answers the cached result with its
+    age and when the next check may run. The test's ticks start 3 s before the wrap."""
+    e = env
+    make_release(e.pub, "0.1.0")                                # nothing newer: start asks for a check each time
+    checked(e)
+    starts = []
+    start = e.svc._start_check
+    monkeypatch.setattr(e.svc, "_start_check", lambda now: (starts.append(now), start(now))[1])
+    for _ in range(40):                                         # 4 min 40 s of askers, 7 s apart
+        assert e.svc.start_update()["code"] == "no_update"
+        e.svc.check_result(e.now)
+        for _ in range(7):
+            e.now = (e.now + 1000) % WRAP
+            e.svc.poll(e.now)
+    assert starts == [] and e.svc.describe()["checks_deferred"] >= 1
+    d = e.svc.check_result(e.now)["data"]
+    assert 275 <= d["checked_age_s"] <= 300 and 0 < d["next_check_in_s"] <= 25, d
+    for _ in range(30):                                         # past the 5 minutes: exactly one more check
+        e.now = (e.now + 1000) % WRAP
+        e.svc.poll(e.now)
+    assert len(starts) == 1
+    run(e, lambda: e.svc.phase == "idle" and e.svc._req is None)
+    for _ in range(60):                                         # asked on: the next one waits again
+        e.svc.start_update()
+        e.now = (e.now + 1000) % WRAP
+        e.svc.poll(e.now)
+    assert len(starts) == 1 and e.svc.check_result(e.now)["data"]["next_check_in_s"] > 0
+
+
+@pytest.mark.parametrize("expires_in_s,synced,offered", [(-1, True, False), (0, True, False), (3600, True, True),
+                                                         (-86400, False, True)])
+def test_an_expired_manifest_is_refused_with_a_clear_state(env, expires_in_s, synced, offered):
+    """Issue 26 finding 11: an optional signed expiry; an expired manifest (a server replaying an old one) is refused
+    while the clock is synced; without a synced clock it cannot be told and passes."""
+    e = env
+    now_utc = 1_800_000_000
+    e.manifest["expires"] = now_utc + expires_in_s
+    write_manifest(e.pub, e.manifest)                          # signed with the expiry inside
+    clock = NightClock(now_utc)
+    clock.synced = synced
+    e.svc._clock = clock
+    e.svc.start()
+    run(e, lambda: e.svc.phase == "idle" and e.svc._checked_at is not None and e.svc._req is None
+        and (e.svc.server_version or e.svc.last_error))
+    d = e.svc.check_result(e.now)["data"]
+    assert d["update_available"] is offered, d
+    if not offered:
+        assert d["error"] == "expired" and "expired at 2027-01-15 0" in d["message"]
+        assert e.svc.start_update()["ok"] is False
+
+
+def test_the_signature_covers_the_expiry(env):
+    e = env
+    e.manifest["expires"] = 1_800_000_000 - 1
+    write_manifest(e.pub, e.manifest)
+    with open(os.path.join(e.pub, "manifest.json")) as f:
+        text = f.read()
+    with open(os.path.join(e.pub, "manifest.json"), "w") as f:
+        f.write(text.replace(str(1_800_000_000 - 1), str(1_900_000_000 - 1)))   # moved on the way: not re-signed
+    e.svc._clock = NightClock(1_800_000_000)
+    e.svc.start()
+    run(e, lambda: e.svc.phase == "idle" and e.svc._req is None and e.svc.last_error)
+    d = e.svc.check_result(e.now)["data"]
+    assert d["error"] == "signature" and d["update_available"] is False

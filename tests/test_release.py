@@ -364,3 +364,22 @@ def test_the_mpy_drive_image_boots_on_the_device_bench(tmp_path):
     assert result["http"].get("/api/v1/system/alive 200") and result["http"].get("/api/v1/history/latest 200")
     assert "FAILED" not in result["module_states"].values() and "memory_error" not in result
     assert not [n for n in os.listdir(drive / "core") if n.endswith(".py")]     # it ran the .mpy files
+
+
+def test_an_expiry_is_written_into_the_signed_manifest_when_asked(tmp_path):
+    """Issue 26 finding 11: `--expires YYYY-MM-DD` (make release RELEASE_ARGS=--expires=...) writes the manifest's
+    expires (Unix seconds of 00:00 UTC that day) before signing; the device's own parser reads it back."""
+    import calendar
+    import time
+
+    from services.ota.manifest import parse_manifest
+
+    key, _pub = write_key(str(tmp_path / "k"))
+    folder = build(ROOT, str(tmp_path / "d"), "--expires", "2030-06-30", key=key)
+    data = open(os.path.join(folder, "manifest.json"), "rb").read()
+    assert parse_manifest(data)["expires"] == calendar.timegm(time.strptime("2030-06-30", "%Y-%m-%d"))
+    plain = build(ROOT, str(tmp_path / "e"), key=key)
+    assert "expires" not in json.loads(open(os.path.join(plain, "manifest.json")).read())
+    for bad in ("30.06.2030", "2000-01-01"):
+        r = release("--out", str(tmp_path / "f"), "--py", "--expires", bad)
+        assert r.returncode == 1 and "EXPIRES" in r.stderr, r.stderr

@@ -162,9 +162,62 @@ def test_empty_password_keeps_null_clears():
     s = make()
     s.update({"wifi": {"primary": {"password": "hunter2hunter2"}}})
     assert s.update({"wifi": {"primary": {"ssid": "Other", "password": ""}}}) == ["wifi.primary.ssid"]
-    assert s.get("wifi.primary.password") == "hunter2hunter2"
+    assert s.get("wifi.primary.password") == "hunter2hunter2"    # a renamed network: the page asks first
     assert s.update({"wifi": {"primary": {"password": None}}}) == ["wifi.primary.password"]
     assert s.get("wifi.primary.password") == ""
+
+
+@pytest.mark.parametrize("patch,key", [
+    ({"wifi": {"primary.ssid": "x"}}, "wifi.primary.ssid"),
+    ({"mqtt": {"tls.x": True}}, "mqtt.tls.x"),
+    ({"accessPoint": {"password.x": "y"}}, "accessPoint.password.x"),
+], ids=["wifi", "unknown", "ap"])
+def test_dotted_keys_inside_objects_are_refused_and_named(patch, key):
+    """Issue 26 finding 7: {"wifi": {"primary.ssid": "x"}} mixes the two spellings; refused, nothing changes."""
+    s = make()
+    before = json.dumps(s.doc, sort_keys=True)
+    reason = rejects(s, patch, key)
+    assert "dotted key" in reason and json.dumps(s.doc, sort_keys=True) == before
+
+
+def test_keys_of_names_every_spelling():
+    assert make().keys_of({"wifi.primary.ssid": "a", "accessPoint": {"enable": True}, "mqtt": {"host": "b"}}) == \
+        (["accessPoint.enable", "mqtt.host", "wifi.primary.ssid"], {})
+
+
+@pytest.mark.parametrize("secret,dest,new", [
+    ("mqtt.password", "mqtt.host", "broker.evil.example"),
+])
+def test_a_new_destination_drops_the_stored_secret_unless_given_again(secret, dest, new):
+    s = make()
+    group, leaf = secret.rsplit(".", 1)
+
+    def nest(dotted, value):
+        out = value
+        for part in reversed(dotted.split(".")):
+            out = {part: out}
+        return out
+
+    def merge(a, b):
+        for k, v in b.items():
+            if isinstance(v, dict) and isinstance(a.get(k), dict):
+                merge(a[k], v)
+            else:
+                a[k] = v
+        return a
+
+    s.update(merge(nest(dest, "old.example" if "host" in dest else "Home"), nest(secret, "ownersecret1")))
+    changed = s.update(nest(dest, new))
+    assert changed == sorted([dest, secret]) and s.get(secret) == "" and s.get(dest) == new
+    s.update(merge(nest(dest, "old.example" if "host" in dest else "Home"), nest(secret, "ownersecret1")))
+    s.update(merge(nest(dest, new), nest(secret, "")))        # "" means "keep": not giving it again
+    assert s.get(secret) == ""
+    s.update(merge(nest(dest, "old.example" if "host" in dest else "Home"), nest(secret, "ownersecret1")))
+    assert s.update(merge(nest(dest, new), nest(secret, "ownersecret1"))) == [dest]   # given again: kept
+    assert s.get(secret) == "ownersecret1"
+    other = nest(group + ".enable", not s.get(group + ".enable")) if "wifi" in group else {"mqtt": {"port": 1884}}
+    assert s.update(other)
+    assert s.get(secret) == "ownersecret1"                   # other keys of the group leave it alone
 
 
 def test_public_document_posts_back_unchanged():
@@ -333,3 +386,14 @@ def test_documents_an_older_firmware_left_half_renamed_are_read(tmp_path, left):
     assert read_json_file(path) == {"v": "next"}
     durable_file.remove_all(path)
     assert os.listdir(tmp_path) == [] and read_json_file(path) is None
+
+
+def test_a_document_nested_too_deep_or_too_large_is_damaged_inside_micropython(tmp_path):
+    """Issue 26 finding 9 in the VM: a name holding a document too large to read (or nested deeper than the parser
+    takes) is skipped like a torn one, and the next name is read; nothing raises out of read_json_file."""
+    files = {"s.json.new": b'{"x": "' + b"a" * 20000 + b'"}', "s.json": b"[" * 5000, "s.json.bak": b'{"v": "old"}'}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with MicroVM(packages=("core",), extra_files=[(str(tmp_path / n), n) for n in files]) as vm:
+        out, _fuel = vm.run("from core.json_store import read_json_file\nprint(read_json_file('/input/s.json'))\n")
+    assert out.strip() == "{'v': 'old'}", out

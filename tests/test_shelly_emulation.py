@@ -126,9 +126,10 @@ def test_websocket_accept_key_is_rfc_6455s_example():
     assert ws_frames.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
 
-def _client_frame(opcode, payload, mask=b"\x01\x02\x03\x04"):
+def _client_frame(opcode, payload, mask=b"\x01\x02\x03\x04", fin=True):
     n = len(payload)
-    head = bytes((0x80 | opcode, 0x80 | n)) if n < 126 else bytes((0x80 | opcode, 0x80 | 126, n >> 8, n & 255))
+    b0 = (0x80 if fin else 0) | opcode
+    head = bytes((b0, 0x80 | n)) if n < 126 else bytes((b0, 0x80 | 126, n >> 8, n & 255))
     return head + mask + bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
 
 
@@ -331,28 +332,119 @@ def test_a_bad_rpc_over_websocket_is_an_error_frame_not_a_close():
     assert json.loads(bytes(sock.sent[2:]))["error"]["code"] == shelly_rpc.BAD_ARGUMENT and not sock.closed
 
 
-def test_one_session_a_newer_one_replaces_it_and_silence_ends_it_across_the_wrap():
-    ws, settings = _ws()
+def test_two_sessions_a_newcomer_replaces_only_one_silent_for_a_minute_across_the_wrap():
+    """Issue 26 finding 5: with one session, a newcomer replaced the oldest, so a handshake every few seconds kept
+    Home Assistant disconnected."""
     clock = SteppedClock(start=(1 << 29) - 1000)
+    s = FakeSettings({"emulation.shelly": True})
+    ws = ShellyWs(FakeBus(Reading(0, THREE_PHASE)), s, IDENT, ticks=clock)
     ws.poll(clock())
-    first, second = FakeTcp(), FakeTcp()
-    ws.adopt(first, ("10.0.0.3", 1))
-    ws.adopt(second, ("10.0.0.4", 2))
-    assert first.closed and ws.sessions() == 1
-    clock.advance(ShellyWs.idle_ms - 1)
+    ha, battery = FakeTcp(), FakeTcp()
+    ws.adopt(ha, ("10.0.0.3", 1))
+    ws.adopt(battery, ("10.0.0.4", 2))
+    assert ws.sessions() == 2 and not ha.closed and not battery.closed
+    for _ in range(10):                                        # a stranger's handshake every few seconds
+        clock.advance(5000)
+        ha.script.append(_client_frame(9, b"hb"))              # Home Assistant pings now and then
+        battery.script.append(_client_frame(9, b"hb"))
+        ws.poll(clock())
+        assert not ws.room()
+        stranger = FakeTcp()
+        ws.adopt(stranger, ("10.0.0.66", 3))
+        assert stranger.closed and not ha.closed and not battery.closed
+    assert ws.describe()["refused"] == 10
+    ha.script.append(_client_frame(9, b"hb"))
     ws.poll(clock())
-    assert not second.closed
-    clock.advance(1)
+    clock.advance(ShellyWs.replace_after_ms)                  # the battery silent for exactly a minute: not yet
+    ha.script.append(_client_frame(9, b"hb"))
     ws.poll(clock())
-    assert second.closed and ws.sessions() == 0
-    third = FakeTcp()
-    ws.adopt(third, ("10.0.0.5", 3))
-    settings["emulation.shelly"] = False
+    assert not ws.room()
+    clock.advance(1)                                          # over a minute (and across the wrap by now)
     ws.poll(clock())
-    assert third.closed
-    fourth = FakeTcp()
-    ws.adopt(fourth, ("10.0.0.5", 3))                          # switched off: not adopted
-    assert fourth.closed and ws.sessions() == 0
+    assert ws.room()
+    newcomer = FakeTcp()
+    ws.adopt(newcomer, ("10.0.0.5", 3))
+    assert battery.closed and not ha.closed and not newcomer.closed and ws.sessions() == 2
+    clock.advance(ShellyWs.idle_ms)                           # silence still ends every session
+    ws.poll(clock())
+    assert ha.closed and newcomer.closed and ws.sessions() == 0
+    s["emulation.shelly"] = False
+    late = FakeTcp()
+    ws.adopt(late, ("10.0.0.5", 3))                           # switched off: not adopted
+    assert late.closed and ws.sessions() == 0
+
+
+def _fragments(text, sizes, opcode=1):
+    out, pos = [], 0
+    for i, n in enumerate(sizes):
+        last = i == len(sizes) - 1
+        out.append(_client_frame(opcode if i == 0 else 0, text[pos:pos + n] if not last else text[pos:], fin=last))
+        pos += n
+    return out
+
+
+def test_a_fragmented_message_is_reassembled_and_answered():
+    """Issue 26 finding 11: FIN=0 plus continuation frames were answered "Malformed JSON"."""
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    msg = b'{"id":3,"src":"ha","method":"EM.GetStatus","params":{"id":0}}'
+    parts = _fragments(msg, [10, 20, 5])
+    sock.script.append(parts[0] + parts[1] + _client_frame(9, b"hb") + parts[2])   # a ping between fragments
+    ws.poll(100)
+    assert sock.sent[:4] == b"\x8a\x02hb"                    # the ping answered at once
+    answer = json.loads(bytes(sock.sent[8:]))
+    assert answer["id"] == 3 and answer["result"]["a_act_power"] == -103.1 and not sock.closed
+    sock.sent.clear()
+    sock.script.append(_client_frame(1, b'{"id":4,"src":"ha","method":"Shelly.GetDeviceInfo"}'))   # unfragmented after
+    ws.poll(200)
+    assert json.loads(bytes(sock.sent[4:] if sock.sent[1] == 126 else sock.sent[2:]))["id"] == 4
+
+
+@pytest.mark.parametrize("frames", [
+    [_client_frame(0, b'{"id":1}')],                                            # a continuation with nothing begun
+    [_client_frame(1, b'{"id"', fin=False), _client_frame(1, b':1}')],         # a new message inside one
+    [_client_frame(1, b"x" * 600, fin=False), _client_frame(0, b"y" * 600)],   # over max_frame summed
+    [_client_frame(9, b"hb", fin=False)],                                       # a fragmented control frame
+    [_client_frame(3, b"?")],                                                   # a reserved opcode
+], ids=["orphan", "nested", "too-long", "control", "reserved"])
+def test_a_broken_fragment_sequence_ends_only_its_session(frames):
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    sock.script.extend(frames)
+    for t in range(len(frames)):
+        ws.poll(100 + t)
+    assert sock.closed and ws.sessions() == 0 and ws.describe()["protocol_errors"] == 1
+
+
+def test_pipelined_requests_are_answered_between_not_dropped_as_a_slow_reader():
+    """Issue 26 finding 11: every answer of one read waited in the output; 20 large answers at once (over max_out)
+    ended the session as a "slow reader" although the client reads all it is sent."""
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    one = _client_frame(1, b'{"id":1,"method":"Shelly.GetStatus"}')
+    many = one * (1038 // len(one))
+    sock.script.append(many)
+    ws.poll(100)
+    assert not sock.closed and ws.describe().get("slow_reader", 0) == 0
+    assert len(sock.sent) > ShellyWs.max_out and ws.describe()["answers"] == 1038 // len(one)
+
+
+def test_an_exception_while_answering_is_an_error_frame_never_out_of_poll(monkeypatch):
+    """Issue 26 finding 8: what fails on a token-free path is a bad request (CircuitPython's deep-nesting error is a
+    RuntimeError), not an exception out of poll() that the supervisor logs and restarts on."""
+    def deep(*_a):
+        raise RuntimeError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(shelly_rpc, "result", deep)
+    ws, _ = _ws()
+    sock = FakeTcp()
+    ws.adopt(sock, ("10.0.0.3", 5000))
+    sock.script.append(_client_frame(1, b'{"id":3,"method":"EM.GetStatus","params":{"id":0}}'))
+    ws.poll(100)
+    assert json.loads(bytes(sock.sent[2:]))["error"]["code"] == shelly_rpc.BAD_ARGUMENT and not sock.closed
 
 
 def test_the_padding_rule_is_cited_in_the_docs():

@@ -199,6 +199,22 @@ def test_slow_poll_is_timed_and_warned():
     assert any("slow poll took 120 ms" in line for _lvl, line in log.lines)
 
 
+def test_slow_polls_are_counted_each_but_logged_only_as_a_new_worst():
+    """Issue 26 finding 8: a flood from strangers slows the HTTP poll now and then; a warning per slow poll let it
+    write the persistent log full. Each slow poll is counted; a line is written only for a new worst by a quarter."""
+    clock = SteppedClock()
+    slow = Slow(clock, 60)
+    sup, clock, _, _, log = make(slow, clock=clock)
+    sup.cycle_budget_ms = 1000
+    for cost in list(range(60, 400)) * 3:
+        slow.cost_ms = cost
+        sup.step()
+    lines = [line for _lvl, line in log.lines if "poll took" in line]
+    d = sup.describe()["modules"]["slow"]
+    assert d["slow_polls"] == 340 * 3 and d["worst_poll_ms"] == 399
+    assert lines[0] == "slow poll took 60 ms" and 2 <= len(lines) <= 10, lines
+
+
 def test_quiet_running_forgives_old_faults():
     bad = Exploding(fail_polls={1})
     sup, clock, _, _, _ = make(bad)

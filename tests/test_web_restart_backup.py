@@ -59,12 +59,12 @@ def test_backup_downloads_without_secrets_and_restores_all_but_the_network(brows
     assert backup["settings"]["mqtt"]["host"] == "broker.lan"
     assert "s3cret" not in text and "password_set" not in text and '"password"' not in text
 
-    assert device.post("/api/v1/settings", {"device_name": "Dachboden", "mqtt": {"host": "other.lan"}})[0] == 200
+    assert device.post("/api/v1/settings", {"device_name": "Dachboden", "mqtt": {"port": 1884}})[0] == 200
     backup["settings"]["wifi"]["primary"]["ssid"] = "SomeoneElse"    # a file must not move the device off its WiFi
     said = _restore(page, tmp_path, backup, "Sicherung eingespielt")
     assert "2 Einstellungen" in said
     doc = device.get("/api/v1/settings")[1]
-    assert doc["device_name"] == "Keller" and doc["mqtt"]["host"] == "broker.lan"
+    assert doc["device_name"] == "Keller" and doc["mqtt"]["host"] == "broker.lan" and doc["mqtt"]["port"] == 1883
     assert doc["mqtt"]["password_set"] is True                     # the secret stayed as it was
     assert doc["wifi"]["primary"]["ssid"] == "HostNetwork"
     page.context.close()
@@ -81,6 +81,32 @@ def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, 
     said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json")
     assert "Port" in said                                          # the field is named in words
     assert device.get("/api/v1/settings")[1] == before             # all or nothing: the name was not taken either
+    page.context.close()
+
+
+def test_a_crafted_backup_changes_neither_the_network_nor_where_the_broker_password_goes(browser, device,  # noqa: F811
+                                                                                       tmp_path):
+    """Issue 26 finding 7, end to end: dotted WiFi and access point keys slipped past the page's filter and the
+    stored MQTT password went along to the backup's broker."""
+    assert device.post("/api/v1/settings", {"device_name": "Keller", "mqtt": {"host": "broker.lan",
+                                                                              "password": "s3cret"}})[0] == 200
+    page = _page(browser)
+    page.goto(device.url + "/#/settings/backup")
+    page.locator("[data-test=backup]").wait_for()
+    before = device.get("/api/v1/settings")[1]
+    crafted = {"meterplus_backup": 1, "settings": {
+        "wifi.primary.ssid": "EvilTwin", "wifi.primary.password": "evilpass1", "accessPoint.enable": True,
+        "api_auth_required": False, "device_name": "Gekapert", "mqtt": {"host": "broker.evil.example"}}}
+    said = _restore(page, tmp_path, crafted, "abgelehnt", "crafted.json")
+    assert "wifi.primary.ssid" in said or "WLAN" in said or "SSID" in said
+    assert device.get("/api/v1/settings")[1] == before            # nothing changed, not even the name
+    # The same file without the network keys: the broker moves, the owner's password does not go with it.
+    crafted["settings"] = {"device_name": "Gekapert", "mqtt": {"host": "broker.evil.example"}}
+    said = _restore(page, tmp_path, crafted, "Sicherung eingespielt", "crafted2.json")
+    assert "Zugangsdaten entfernt" in said
+    doc = device.get("/api/v1/settings")[1]
+    assert doc["mqtt"]["host"] == "broker.evil.example" and doc["mqtt"]["password_set"] is False
+    assert doc["wifi"] == before["wifi"] and doc["accessPoint"] == before["accessPoint"]
     page.context.close()
 
 

@@ -234,8 +234,12 @@ def _channel_version(out):
 
 # ---- the build -----------------------------------------------------------------------------------------------------
 
-def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuitpy_src=None, log=print):
-    """Build the release of src into out (default src/dist); returns its folder. ReleaseError says what is wrong."""
+def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuitpy_src=None, log=print,
+          expires=None):
+    """Build the release of src into out (default src/dist); returns its folder. ReleaseError says what is wrong.
+
+    expires: a date (YYYY-MM-DD) from 00:00 UTC of which devices refuse the manifest (signed with it: docs/ota.md);
+    None writes no expiry."""
     from services.ota.manifest import parse_manifest, parse_version
     from tools.ota_manifest import app_files, signature_hex
 
@@ -253,6 +257,14 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
                            % (version, have))
     date, notes_en, notes_de = changelog_entry(src, version)
     epoch = epoch_of(date)
+    expires_at = None
+    if expires:
+        try:
+            expires_at = calendar.timegm(time.strptime(expires, "%Y-%m-%d"))
+        except ValueError:
+            raise ReleaseError("EXPIRES: %r is not a date like 2027-06-30" % expires)
+        if expires_at <= calendar.timegm(time.strptime(date, "%Y-%m-%d")):
+            raise ReleaseError("EXPIRES: %s is not after the release date %s" % (expires, date))
     key = None
     if key_path:
         from tools.ota_keygen import load_private, public_hex
@@ -281,6 +293,8 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
     def manifest_bytes(base):
         doc = {"format": 1, "version": version, "release_date": date, "notes": {"de": notes_de, "en": notes_en},
                "base": base, "files": files}
+        if expires_at is not None:
+            doc["expires"] = expires_at     # inside the signed bytes: nobody can move it
         data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         parse_manifest(data)   # what the device checks: refuse here, not on every device
         return data
@@ -383,9 +397,12 @@ def main(argv=None):
     p.add_argument("--py", action="store_true", help="ship .py even where CircuitPython's mpy-cross is at hand")
     p.add_argument("--circuitpy-src", default=os.environ.get("CIRCUITPY_SRC") or None,
                    help="a CircuitPython source tree to build mpy-cross from (default $CIRCUITPY_SRC)")
+    p.add_argument("--expires", help="YYYY-MM-DD: devices refuse the signed manifest from 00:00 UTC that day (an old "
+                                      "manifest served again cannot hide a newer release); default: no expiry")
     a = p.parse_args(argv)
     try:
-        build(a.version or None, a.key and os.path.expanduser(a.key), a.out, a.src, not a.py, a.circuitpy_src)
+        build(a.version or None, a.key and os.path.expanduser(a.key), a.out, a.src, not a.py, a.circuitpy_src,
+              expires=a.expires)
     except ReleaseError as exc:
         print("make release: %s" % exc, file=sys.stderr)
         return 1

@@ -123,11 +123,43 @@ class _DeviceSSLSocket:
         return id(self)
 
 
+# The contexts that wrap the firmware's sockets, built once per trust anchor (None: the built-in bundle; else the
+# cadata PEM): loading CPython's default bundle costs ~20 ms here, and the firmware asks for a context at every
+# connection (MQTT, OTA, cloud), so building one per connection made the polls slow on a loaded machine (issue 26).
+_device_contexts = {}
+
+
+def _device_context(cadata):
+    ctx = _device_contexts.get(cadata)
+    if ctx is None:
+        ctx = _real.create_default_context(cadata=cadata) if cadata else _real.create_default_context()
+        _device_contexts[cadata] = ctx
+    return ctx
+
+
 class _Context(_real.SSLContext):
-    """The real SSLContext for CPython callers; for socketpool stand-in sockets, the device's rules."""
+    """The real SSLContext for CPython callers; for socketpool stand-in sockets, the device's rules.
+
+    What CPython callers need (the default bundle, their verify locations) is loaded on their first handshake
+    (wrap_socket, wrap_bio), so a context the firmware only uses for socketpool sockets costs nothing to make."""
 
     _cp_cadata = None
     _cp_unsupported = None
+    _cp_pending = None     # (purpose or None, [verify locations]) not yet loaded into this real context
+
+    def _cp_load(self):
+        pending, self._cp_pending = self._cp_pending, None
+        if pending is None:
+            return
+        purpose, locations = pending
+        if purpose is not None:
+            _real.SSLContext.load_default_certs(self, purpose)
+        for cafile, capath, cadata in locations:
+            _real.SSLContext.load_verify_locations(self, cafile, capath, cadata)
+
+    def load_default_certs(self, purpose=_real.Purpose.SERVER_AUTH):
+        self._cp_load()
+        return _real.SSLContext.load_default_certs(self, purpose)
 
     def load_verify_locations(self, cafile=None, capath=None, cadata=None):
         if cadata is not None:
@@ -136,17 +168,34 @@ class _Context(_real.SSLContext):
             self._cp_cadata = cadata
         if cafile is not None or capath is not None:
             self._cp_unsupported = "cafile/capath do not exist on CircuitPython"
+        if self._cp_pending is not None:
+            if cadata is not None:
+                _device_context(cadata)    # a bad PEM fails here, as it would at once (and is built once)
+            self._cp_pending[1].append((cafile, capath, cadata))
+            return None
         return _real.SSLContext.load_verify_locations(self, cafile, capath, cadata)
+
+    def wrap_bio(self, *args, **kwargs):
+        self._cp_load()
+        return _real.SSLContext.wrap_bio(self, *args, **kwargs)
+
+    def get_ca_certs(self, *args, **kwargs):
+        self._cp_load()
+        return _real.SSLContext.get_ca_certs(self, *args, **kwargs)
+
+    def cert_store_stats(self):
+        self._cp_load()
+        return _real.SSLContext.cert_store_stats(self)
 
     def wrap_socket(self, sock, *args, **kwargs):
         if not isinstance(sock, _socketpool.Socket):
+            self._cp_load()
             return _real.SSLContext.wrap_socket(self, sock, *args, **kwargs)
         if self._cp_unsupported:
             raise NotImplementedError(self._cp_unsupported)
         server_hostname = kwargs.get("server_hostname")
         # The device verifies against cadata alone when given, else against its built-in bundle.
-        inner = _real.create_default_context(cadata=self._cp_cadata) if self._cp_cadata else \
-            _real.create_default_context()
+        inner = _device_context(self._cp_cadata)
         try:
             return _DeviceSSLSocket(inner, sock, server_hostname)
         except _real.SSLError as exc:
@@ -162,5 +211,5 @@ def create_default_context(purpose=_real.Purpose.SERVER_AUTH, *, cafile=None, ca
     if cafile or capath or cadata:
         ctx.load_verify_locations(cafile, capath, cadata)
     elif ctx.verify_mode != _real.CERT_NONE:
-        ctx.load_default_certs(purpose)
+        ctx._cp_pending = (purpose, [])    # loaded on a CPython caller's first handshake (_Context._cp_load)
     return ctx

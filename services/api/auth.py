@@ -4,6 +4,7 @@ import binascii
 import os
 
 from core.elapsed import fresh
+from core.durable_file import stored
 from core.json_store import read_json_file, write_atomic
 from core.sha256 import new_sha256
 
@@ -13,6 +14,7 @@ WRITE = 2
 LEVEL_NAMES = ("none", "READ", "WRITE")
 
 PENDING_MS = 60000   # a generated pair must be confirmed within this (spec: 60 s)
+RECOVERY_MS = 120000  # a button press lets the page make a new pair without a token for this long (docs/api.md)
 TOKEN_BYTES = 32     # 256 bits from the hardware RNG, sent as 64 hex digits
 
 
@@ -67,16 +69,22 @@ class Tokens:
         self._pending = None   # (read digest, write digest, ticks when generated)
         self._expired = False  # the last pending pair ran out unconfirmed (confirm then answers 410, not 409)
         self.load_error = None
+        self.locked = False    # the token file is there but unreadable: authentication on, no token valid
+        self._recovery = None  # ticks of the button press that opened the recovery window, or None
         # Whether authentication is on, kept with the tokens: a damaged settings.json falls back to its defaults,
         # and those must never switch authentication off (fail closed). Only a factory reset removes this file.
         self.required = False
 
     def load(self):
-        """Read the stored hashes; a missing or broken file means no tokens (the factory state)."""
+        """Read the stored hashes. No file at all is the factory state (no tokens, authentication off); a file that
+        is there but unreadable (zeroed, torn, nested too deep, too large, not a token document) locks: authentication
+        on, no token valid, until a button press opens the recovery window (fail closed: damage never opens)."""
         data = read_json_file(self.path)
         self._read = self._write = None
         self.required = False
-        if data is None:
+        self.locked = False
+        self.load_error = None
+        if data is None and not stored(self.path):
             return
         if isinstance(data, dict) and _valid_hash(data.get("read")) and _valid_hash(data.get("write")):
             self._read = binascii.unhexlify(data["read"])
@@ -84,10 +92,22 @@ class Tokens:
             self.required = data.get("required") is True
         else:
             self.load_error = "unreadable token file"
+            self.locked = True
+            self.required = True
 
     def configured(self):
         """True once a pair was confirmed: only then may authentication be switched on."""
         return self._write is not None
+
+    def open_recovery(self, now_ms):
+        """A button press on the device: for RECOVERY_MS the page may generate and confirm a pair without a token."""
+        self._recovery = now_ms
+
+    def recovering(self, now_ms):
+        """True while the recovery window a button press opened lasts (wrap-safe; dropped once over)."""
+        if self._recovery is not None and not fresh(self._recovery, now_ms, RECOVERY_MS):
+            self._recovery = None
+        return self._recovery is not None
 
     def level(self, token):
         """WRITE, READ or None for a presented token."""
@@ -116,7 +136,9 @@ class Tokens:
         return fresh(self._pending[2], now_ms, PENDING_MS)
 
     def poll(self, now_ms):
-        """Drop a pending pair once it expired, so the tick wrap (2**29 ms) can never make it valid again."""
+        """Drop a pending pair and the recovery window once over, so the tick wrap (2**29 ms) can never make them
+        valid again."""
+        self.recovering(now_ms)
         if self._pending is not None and not self._fresh(now_ms):
             self._pending = None
             self._expired = True
@@ -140,6 +162,9 @@ class Tokens:
         self._store(p[0], p[1], self.required)
         self._read, self._write = p[0], p[1]
         self._pending = None
+        self._recovery = None   # used: one pair per press
+        self.locked = False
+        self.load_error = None
 
     def _store(self, read, write, required):
         write_atomic(self.path, {"read": binascii.hexlify(read).decode(), "write": binascii.hexlify(write).decode(),
@@ -155,4 +180,5 @@ class Tokens:
 
     def describe(self):
         """Small dict for /system/info (no secrets)."""
-        return {"configured": self.configured(), "pending": self._pending is not None, "required": self.required}
+        return {"configured": self.configured(), "pending": self._pending is not None, "required": self.required,
+                "locked": self.locked, "recovery_open": self._recovery is not None}

@@ -93,6 +93,12 @@ def cross_site(method, headers):
     """
     if method in _SAFE_METHODS:
         return None
+    return foreign(headers)
+
+
+def foreign(headers):
+    """None when no browser page of another origin sent this request, else why (cross_site() without the method
+    rule). A WebSocket upgrade is a GET, yet it opens a channel a page can read: ws://device/rpc checks this."""
     sites = headers.get_list("Sec-Fetch-Site")
     origins = headers.get_list("Origin")
     hosts = headers.get_list("Host")

@@ -6,7 +6,7 @@ from adafruit_httpserver import GET, POST, JSONResponse, Response, Route
 
 from core.money import MONEY_KEYS
 
-from core.settings import SCHEMA, SECRETS, restart_needed
+from core.settings import SCHEMA, SECRET_DESTINATIONS, SECRETS, restart_needed
 from services.api.answers import ApiError, read_json
 
 
@@ -54,6 +54,22 @@ def settings_json(doc):
     return head[:-1] + (", " if len(head) > 2 else "") + '"tariff": {' + ",".join(parts) + "}}"
 
 
+# What a backup never changes: the device must stay on the network the owner reaches it through, and stay locked.
+NOT_RESTORED = ("wifi", "accessPoint", "api_auth_required")
+
+
+def _given(patch, dotted):
+    """True when the patch gives a value at dotted (nested or as a top-level dotted key); "" means "keep", not given."""
+    if dotted in patch:
+        return patch[dotted] != ""
+    node = patch
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return node != ""
+
+
 def routes(app):
     """Route list of /api/v1/settings."""
     settings = app.settings
@@ -62,7 +78,24 @@ def routes(app):
         return Response(request, settings_json(settings.public()), content_type="application/json")
 
     def post_settings(request):
+        return _apply(request, read_json(request, exact=MONEY_KEYS))
+
+    def restore(request):
+        """A backup's settings: everything but what keeps the device reachable and locked (NOT_RESTORED), whatever
+        the spelling (nested or dotted); such a key refuses the whole backup (400 naming it), nothing changes."""
         patch = read_json(request, exact=MONEY_KEYS)
+        keys, _shape = settings.keys_of(patch)
+        refused = {}
+        for key in keys:
+            for prefix in NOT_RESTORED:
+                if key == prefix or key.startswith(prefix + "."):
+                    refused[key] = ("not restored from a backup: the WiFi, the access point and authentication are "
+                                    "changed through their own settings")
+        if refused:
+            raise ApiError(400, "Invalid settings", fields=refused)
+        return _apply(request, patch)
+
+    def _apply(request, patch):
         doc, changed, errors = settings.prepare(patch)
         if not errors and "api_auth_required" in changed and doc["api_auth_required"] and not app.auth.configured():
             errors["api_auth_required"] = ("no confirmed token pair: call /api/v1/auth/tokens/generate and "
@@ -80,19 +113,36 @@ def routes(app):
                 app.led.enabled = doc["ledEnable"]
             app.bus.publish("settings", changed)
             app.log.info("settings changed: %s", ", ".join(changed))
+        # A secret whose destination changed and that the request did not give again (core/settings.py)
+        dropped = [s for s, dest in SECRET_DESTINATIONS if dest in changed and s in changed and not _given(patch, s)]
+        pairing = getattr(app, "cloud_pairing", None)
+        if "cloud.host" in changed and pairing is not None and pairing.paired:
+            try:
+                pairing.unpair()   # the pairing credential goes to cloud.host: another host gets none of it
+            except OSError as exc:
+                app.log.error("cloud pairing not removed: %s", exc)
+            dropped.append("cloud pairing")
         later = [k for k in changed if restart_needed(k)]
         now = [k for k in changed if not restart_needed(k)]
-        return JSONResponse(request, {
+        answer = {
             "success": True,
             "applied": _echo(patch, doc),
             "changed": changed,
             "applied_now": now,
             "after_restart": later,
             "restart_required": bool(later),
-        })
+        }
+        if dropped:
+            answer["secrets_dropped"] = dropped
+            answer["message"] = ("%s removed: its destination changed and the request did not give it again"
+                                 % ", ".join(dropped))
+        if not changed:
+            answer["message"] = "Nothing changed: every value given equals the stored one"
+        return JSONResponse(request, answer)
 
     return [
         Route("/api/v1/settings", GET, get_settings),
         Route("/api/v1/settings", POST, post_settings),
+        Route("/api/v1/settings/restore", POST, restore),
     ]
 

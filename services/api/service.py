@@ -7,9 +7,9 @@ from adafruit_ticks import ticks_diff, ticks_ms
 
 from core.elapsed import fresh
 from core.module import Module
-from services.api.auth import OPEN, READ, WRITE
+from services.api.auth import OPEN, READ, RECOVERY_MS, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
-from services.api.answers import error_response
+from services.api.answers import ApiError, error_response
 from services.api.http_parse import bearer_token
 from services.api.server import HardenedServer
 
@@ -40,6 +40,12 @@ AUTH_TABLE = (
     ("/rpc", None, OPEN),
     ("/", "GET", OPEN),   # outside /api/ only the web interface's static files: the page asks for the token itself
 )
+
+
+# The token pair routes a button press on the device opens for RECOVERY_MS (services/api/auth.py) without a token.
+RECOVERY_PATHS = ("/api/v1/auth/tokens/generate", "/api/v1/auth/tokens/confirm")
+UNAUTHORIZED = ("Missing or invalid token. Token lost? Press the device's button briefly: for 2 minutes the page "
+                "may then make a new token pair without one")
 
 
 def is_emulation(path):
@@ -263,9 +269,13 @@ class HttpApi(Module):
         self.unauthenticated_limiter = RateLimiter(self.unauthenticated_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
+        self.last_open_error = ""  # the last failure of a request without a valid token (counted, never logged)
+        self._events = None        # the bus's "event" ring: a button press opens the token recovery window
 
     def start(self):
         self._names = device_names(self._app.device_id)
+        if self._events is None and getattr(self._app, "bus", None) is not None:
+            self._events = self._app.bus.subscribe("event", 4)
         open_paths = []
         for mod in self._route_modules:  # paths a route module declares token-free (e.g. captive-portal probes)
             open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
@@ -292,6 +302,13 @@ class HttpApi(Module):
             auth = getattr(self._app, "auth", None)
             if auth is not None:
                 auth.poll(now_ms)
+                ev = self._events.pop() if self._events is not None else None
+                while ev is not None:
+                    if ev == ("button", "short"):
+                        auth.open_recovery(now_ms)
+                        self._app.log.info("auth: button pressed, a new token pair may be made for %d s",
+                                           RECOVERY_MS // 1000)
+                    ev = self._events.pop()
         self._server.poll()
 
     def sockets_held(self):
@@ -323,6 +340,27 @@ class HttpApi(Module):
         return None, allowed
 
     def _dispatch(self, request):
+        """_route(request); what fails in it for a request without a valid token is counted (open_errors, with the
+        last one's method, path and exception type in describe()) and answered 500, never logged: a stranger's
+        errors must not fill the persistent log (issue 26). The owner's errors go on to the server, which logs them."""
+        try:
+            return self._route(request)
+        except ApiError:
+            raise
+        except Exception as exc:
+            if self._authenticated(request):
+                raise
+            self.count("open_errors")
+            self.last_open_error = "%s %s: %s" % (request.method, request.path[:48], type(exc).__name__)
+            return error_response(request, 500, "Internal error")
+
+    def _authenticated(self, request):
+        """True when the request carries a valid token (only then may its failure reach the log)."""
+        auth = getattr(self._app, "auth", None)
+        token = bearer_token(request.headers.get("Authorization"))
+        return bool(token) and auth is not None and auth.level(token) is not None
+
+    def _route(self, request):
         """Browser rules first (421, 403), limits (429, 503), routing (404, 405), the token level (401, 403), handler.
 
         The browser rules come before the rate limit so a hostile page's refused requests cost no budget of the
@@ -412,7 +450,7 @@ class HttpApi(Module):
         addr = request.client_address
         who = addr[0] if isinstance(addr, tuple) and addr else None
         limiter = self.limiter
-        if self._app.settings.get("api_auth_required", False) and self._token_level(request) is None:
+        if self._auth_on() and self._token_level(request) is None:   # a locked token file counts as on
             limiter = self.unauthenticated_limiter
         if limiter.allow(now, who):
             return False
@@ -430,18 +468,27 @@ class HttpApi(Module):
             request.token_level = level
         return level
 
+    def _auth_on(self):
+        """Authentication is on when the settings say so or the token file does (a locked, unreadable one too)."""
+        auth = getattr(self._app, "auth", None)
+        return bool(self._app.settings.get("api_auth_required", False)) or (auth is not None and auth.required)
+
     def _check_token(self, request):
         """None when the request may proceed, else the 401/403 answer."""
         app = self._app
-        if not app.settings.get("api_auth_required", False):
+        if not self._auth_on():
             return None
         need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
             return None
+        if request.path in RECOVERY_PATHS and request.method == "POST" and app.auth.recovering(self._ticks()):
+            # Physical presence: the button was pressed within RECOVERY_MS. Cross-site requests were refused before.
+            self.count("recovery")
+            return None
         have = self._token_level(request)
         if have is None:
             self.count("unauthorized")
-            return error_response(request, 401, "Missing or invalid token", headers={"WWW-Authenticate": "Bearer"})
+            return error_response(request, 401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         if have < need:
             self.count("forbidden")
             return error_response(request, 403, "This endpoint needs the WRITE token", key="write_token_needed")
@@ -456,4 +503,6 @@ class HttpApi(Module):
         if budget is not None:   # core/sockbudget.py: sockets the firmware holds now, openings refused for HTTP's sake
             d["sockets_held"] = budget.held()
             d["sockets_refused"] = budget.refused
+        if self.last_open_error:
+            d["last_open_error"] = self.last_open_error
         return d

@@ -7,13 +7,16 @@ from adafruit_httpserver import GET, POST, Response, Route
 from adafruit_ticks import ticks_ms
 
 from services.api.answers import error_response, status
+from services.api.origin import foreign
 
 _JSON = "application/json"
 PATHS = ("/shelly", "/rpc")     # the API service gives these their own request budget and needs no token for them
 
 
-def _params(request):
-    """A GET's query as RPC params: each value as JSON where it parses (id=0 -> 0), else as the text."""
+def _params(request, rpc):
+    """A GET's query as RPC params: each value as JSON where it parses (id=0 -> 0), else as the text; RpcError
+    (400) for a value the parser cannot take at all (nested too deep: RecursionError on CPython, RuntimeError
+    "maximum recursion depth exceeded" on CircuitPython; MemoryError), never an exception past the route."""
     out = {}
     storage = request.query_params._storage
     for name in storage:
@@ -22,6 +25,8 @@ def _params(request):
             out[name] = json.loads(text)
         except ValueError:
             out[name] = text
+        except Exception:
+            raise rpc.RpcError(rpc.BAD_ARGUMENT, "Invalid value of %s" % name[:32])
     return out
 
 
@@ -66,7 +71,12 @@ def routes(app):
             return off(request)
         shelly_rpc = _rpc()
         try:
-            body = shelly_rpc.result(method, _params(request), current(), app.shelly_ident, uptime())
+            try:
+                body = shelly_rpc.result(method, _params(request, shelly_rpc), current(), app.shelly_ident, uptime())
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # token-free: whatever the input makes fail is a bad request, never a 500 or a log
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             body = '{"code":%d,"message":%s}' % (err.code, json.dumps(err.message))
             return Response(request, body, status=status(_http_status(err)), content_type=_JSON)
@@ -83,8 +93,13 @@ def routes(app):
         req_id, src = None, None
         shelly_rpc = _rpc()
         try:
-            req_id, src, method, params = shelly_rpc.request_fields(doc)
-            body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
+            try:
+                req_id, src, method, params = shelly_rpc.request_fields(doc)
+                body = shelly_rpc.result(method, params, current(), app.shelly_ident, uptime())
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # as in rpc_get
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             return Response(request, shelly_rpc.frame(req_id, app.shelly_ident.id, src, error=err),
                             content_type=_JSON)
@@ -95,9 +110,17 @@ def routes(app):
         if not on() or app.shelly_ws is None:
             return off(request)
         headers = request.headers
+        refused = foreign(headers)
+        if refused is not None:
+            # The upgrade is a GET, so the API's same-origin rule lets it by; a page on another origin must not
+            # read live power (with authentication on). Home Assistant sends no Origin; the device's own page would.
+            return error_response(request, 403, "Cross-site WebSocket refused (%s)" % refused, key="cross_site")
         key = headers.get("Sec-WebSocket-Key")
         if (headers.get("Upgrade") or "").lower() != "websocket" or not key or len(key) > 64:
             return error_response(request, 400, "WebSocket upgrade expected (JSON-RPC: POST /rpc)")
+        if not app.shelly_ws.room():
+            return error_response(request, 503, "Both WebSocket sessions are in use", key="busy",
+                                  headers={"Retry-After": "60"})
         from services.emulation.ws_frames import accept_key
 
         request.take_over = app.shelly_ws.adopt

@@ -5,6 +5,7 @@ import json
 
 from adafruit_ticks import ticks_diff
 
+from core.elapsed import fresh
 from core.module import Module
 from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc, ws_frames
@@ -21,17 +22,20 @@ class _Session:
         self.n = 0
         self.out = b""
         self.heard = now
+        self.frag = None      # the parts of a fragmented message so far (FIN=0 frames), or None
 
 
 class ShellyWs(Module):
     """bus, settings, ident (shelly_rpc.Identity), energy floor, uptime (callable -> s). At most max_sessions (each
-    one of the 8 sockets; a newer one replaces the oldest), closed when silent for idle_ms (aioshelly pings every
-    55 s) or when the emulation is switched off."""
+    one of the 8 sockets), closed when silent for idle_ms (aioshelly pings every 55 s) or when the emulation is
+    switched off. A newcomer takes the place of a session silent for over replace_after_ms, else it is refused:
+    a handshake every few seconds must not keep Home Assistant disconnected (issue 26)."""
 
     name = "shelly_ws"
-    max_sessions = 1
+    max_sessions = 2
     idle_ms = 120000
-    max_frame = 1024          # an RPC request is ~100 bytes; longer frames end the session
+    replace_after_ms = 60000  # a session this silent may be replaced by a newcomer (wrap-safe: core.elapsed)
+    max_frame = 1024          # an RPC request is ~100 bytes; longer frames (or messages, fragments summed) end it
     budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a session is adopted
     max_out = 8192            # a client that reads nothing while asking on is dropped, not buffered for
     out_mark = 2048           # while this much waits for the client, no further request is taken
@@ -53,16 +57,32 @@ class ShellyWs(Module):
 
     sockets_held = sessions
 
+    def _now_ms(self):
+        return self._ticks() if self._ticks is not None else self._now
+
+    def _silent(self, now):
+        """The session silent the longest, if it is silent for over replace_after_ms, else None."""
+        pick, age = None, -1
+        for s in self._sessions:
+            if fresh(s.heard, now, self.replace_after_ms + 1):
+                continue
+            a = ticks_diff(now, s.heard)
+            a = a if a >= 0 else 1 << 30          # a stamp that looks like the future is very old
+            if a > age:
+                pick, age = s, a
+        return pick
+
+    def room(self):
+        """True when a newcomer would be adopted: a free place, or a session silent for over replace_after_ms."""
+        return len(self._sessions) < self.max_sessions or self._silent(self._now_ms()) is not None
+
     def adopt(self, sock, addr):
-        """Take over a connection whose 101 answer went out; the oldest session goes if all places are taken."""
+        """Take over a connection whose 101 answer went out; it replaces a session silent for over replace_after_ms
+        when every place is taken, else it is closed (the handshake refuses such a newcomer already: room())."""
         if not self._settings.get("emulation.shelly", False):
             close_quietly(sock)
             return
-        try:
-            sock.setblocking(False)
-        except OSError:
-            close_quietly(sock)
-            return
+        now = self._now_ms()
         if len(self._sessions) < self.max_sessions and self.budget is not None and not self.budget.may_take():
             # The socket moves from HTTP (which no longer counts it while handing it over) to this session: refused
             # when HTTP would then lack its listener and two clients (a newcomer that replaces a session frees that
@@ -71,8 +91,17 @@ class ShellyWs(Module):
             close_quietly(sock)
             return
         while len(self._sessions) >= self.max_sessions:
-            self._drop(self._sessions[0], "replaced")
-        now = self._ticks() if self._ticks is not None else self._now
+            old = self._silent(now)
+            if old is None:
+                self.count("refused")
+                close_quietly(sock)
+                return
+            self._drop(old, "replaced")
+        try:
+            sock.setblocking(False)
+        except OSError:
+            close_quietly(sock)
+            return
         self._sessions.append(_Session(sock, addr, now, self.max_frame + 14))
         self.count("adopted")
 
@@ -114,7 +143,8 @@ class ShellyWs(Module):
         return self._answer_buffered(s, now_ms)
 
     def _answer_buffered(self, s, now_ms):
-        """Answer the whole frames in the input buffer while less than out_mark waits; False once it is over."""
+        """Answer the whole frames in the input buffer (fragments reassembled) while less than out_mark waits;
+        False once the session is over."""
         while len(s.out) < self.out_mark:
             try:
                 parsed = ws_frames.parse(s.inbuf, s.n, self.max_frame)
@@ -123,23 +153,54 @@ class ShellyWs(Module):
                 return False
             if parsed is None:
                 break
-            opcode, _fin, payload, used = parsed
+            opcode, fin, payload, used = parsed
             s.inbuf[:s.n - used] = s.inbuf[used:s.n]
             s.n -= used
+            if opcode >= ws_frames.CLOSE and not fin:
+                self.count("protocol_errors")         # control frames are never fragmented (RFC 6455 5.5)
+                return False
             if opcode == ws_frames.CLOSE:
                 s.out += ws_frames.frame(ws_frames.CLOSE, payload[:2])
                 self._flush(s)
                 return False
             if opcode == ws_frames.PING:
                 s.out += ws_frames.frame(ws_frames.PONG, payload)
-            elif opcode in (ws_frames.TEXT, ws_frames.BINARY):
-                s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
+            elif opcode in (ws_frames.TEXT, ws_frames.BINARY, ws_frames.CONTINUATION):
+                payload = self._message(s, opcode, fin, payload)
+                if payload is False:
+                    self.count("protocol_errors")
+                    return False
+                if payload is not None:
+                    s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
+            elif opcode != ws_frames.PONG:
+                self.count("protocol_errors")         # an opcode RFC 6455 reserves
+                return False
             if not self._flush(s):       # between pipelined requests: what the socket takes goes now
                 return False
         if len(s.out) > self.max_out:
             self.count("slow_reader")
             return False
         return True
+
+    def _message(self, s, opcode, fin, payload):
+        """A whole message once its last fragment is in (RFC 6455 5.4), None while parts are missing, False for a
+        broken sequence (a continuation with nothing begun, a new message inside one) or one over max_frame."""
+        if opcode == ws_frames.CONTINUATION:
+            if s.frag is None:
+                return False
+            if len(s.frag) + len(payload) > self.max_frame:
+                return False
+            s.frag += payload
+            if not fin:
+                return None
+            whole, s.frag = bytes(s.frag), None
+            return whole
+        if s.frag is not None:
+            return False
+        if fin:
+            return payload
+        s.frag = bytearray(payload)
+        return None
 
     def _answer(self, payload, now_ms):
         """The JSON-RPC answer frame to one request."""
@@ -149,9 +210,14 @@ class ShellyWs(Module):
                 doc = json.loads(payload)
             except Exception:
                 raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Malformed JSON")
-            req_id, src, method, params = shelly_rpc.request_fields(doc)
-            body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
-                                     self._ident, self._uptime() if self._uptime is not None else 0)
+            try:
+                req_id, src, method, params = shelly_rpc.request_fields(doc)
+                body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
+                                         self._ident, self._uptime() if self._uptime is not None else 0)
+            except shelly_rpc.RpcError:
+                raise
+            except Exception:   # token-free: a bad request, never an exception out of poll() (a restart, a log line)
+                raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Invalid request")
         except shelly_rpc.RpcError as err:
             self.count("rpc_errors")
             return shelly_rpc.frame(req_id, self._ident.id, src, error=err).encode()

@@ -9,6 +9,7 @@ import hashlib
 from micropython import const
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+CONTINUATION = const(0)
 TEXT = const(1)
 BINARY = const(2)
 CLOSE = const(8)

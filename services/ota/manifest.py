@@ -151,8 +151,12 @@ def parse_manifest(data):
             raise ManifestError("min_version: %s" % exc)
         if floor > parse_version(version):
             raise ManifestError("min_version %s is above the version %s" % (min_version, version))
+    expires = doc.get("expires", 0)
+    if isinstance(expires, bool) or not isinstance(expires, int) or not 0 <= expires < 1 << 40:
+        raise ManifestError("expires must be Unix seconds (an integer; 0 or absent: never)")
     return {
         "version": version,
+        "expires": expires,
         "release_date": _text(doc, "release_date", 32, False),
         "notes_de": _text(notes, "de", 1000, False),
         "notes_en": _text(notes, "en", 1000, False),
@@ -161,3 +165,11 @@ def parse_manifest(data):
         "files": out,
         "total": total,
     }
+
+
+def expired(m, utc):
+    """True when the manifest m carries an expiry (signed with it) that the wall time utc (Unix s) has reached.
+
+    A server (or a man in the middle) replaying an old signed manifest would keep the device from hearing of a newer
+    release (a freeze); without a synced clock (utc None) the expiry cannot be checked and the manifest passes."""
+    return bool(m.get("expires")) and utc is not None and utc >= m["expires"]

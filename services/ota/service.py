@@ -10,6 +10,7 @@ import os
 
 from adafruit_ticks import ticks_add, ticks_diff, ticks_less
 
+from core.elapsed import fresh
 from core.files import exists, remove_quiet
 from core.module import OK, WARN, Module
 from core.modules import unload
@@ -92,6 +93,14 @@ def _expired(now, stamp, ms):
     return age < 0 or age >= ms
 
 
+def _iso(secs):
+    """YYYY-MM-DD HH:MM of Unix seconds (UTC)."""
+    from core.tz import to_civil
+
+    y, mo, d, hh, mm, _ss = to_civil(int(secs))
+    return "%04d-%02d-%02d %02d:%02d" % (y, mo, d, hh, mm)
+
+
 def _valid_version(text):
     try:
         mf.parse_version(text)
@@ -122,6 +131,7 @@ class OtaService(Module):
     idle_every_ms = 250           # polled this often while idle (its timers); every cycle while it works
     first_check_ms = 60000        # the first check after a start (the network is up by then)
     stale_ms = 600000             # GET ota/check starts a new check when the last is older than this
+    min_check_gap_ms = 300000     # at most one check (a full signature check) per 5 min, whoever asks (issue 26)
     retry_ms = 3600000            # a failed check or install is tried again after this long
     max_attempts = 3              # installs of one version before waiting for the next night
     healthy_after_ms = 180000     # a new version that served this long is kept
@@ -152,6 +162,7 @@ class OtaService(Module):
         self.server_version = ""    # what the server offers (also when it is not newer)
         self.last_checked = 0       # Unix seconds of the last completed check (0: never, or no clock)
         self._checked_at = None     # ticks of the last check's start, then of its end (staleness counts from there)
+        self._started_at = None     # ticks of the last check's start while younger than min_check_gap_ms, else None
         self.message = ""
         self.updated = ""           # "Updated from A to B" once an update proved healthy (kept until a restart)
         self.last_error = ""        # reason code of the last failure ("" after a success)
@@ -269,6 +280,12 @@ class OtaService(Module):
             "release_note_de": m["notes_de"] if m is not None else "",
             "release_note_en": m["notes_en"] if m is not None else "",
             "last_checked": self.last_checked,
+            # How old the answer is (s since the last check ended; None: never), and when the next check may run:
+            # a "check now" within min_check_gap_ms of the last one gets this cached answer with its age.
+            "checked_age_s": (ticks_diff(now, self._checked_at) // 1000 if self._checked_at is not None and
+                              fresh(self._checked_at, now, 1 << 28) else None),
+            "next_check_in_s": (self.min_check_gap_ms - ticks_diff(now, self._started_at)) // 1000 + 1
+            if self._started_at is not None and fresh(self._started_at, now, self.min_check_gap_ms) else 0,
             "url": "",
             "md5": "",
             "state": self.phase,
@@ -337,7 +354,10 @@ class OtaService(Module):
         return None
 
     def request_check(self, install=False, auto=False):
-        """Check at the next poll; with install, an update found is installed."""
+        """Check at the next poll, or once min_check_gap_ms have passed since the last one started (one check per
+        5 minutes whoever asks: the API, a changed ota.url, the night); with install, an update found is installed."""
+        if self._started_at is not None and self._check_at is None:
+            self.count("checks_deferred")
         self._check_at = self._now
         self._install_after_check = install
         self._auto = auto
@@ -397,7 +417,9 @@ class OtaService(Module):
         if self._retry_at is not None and not ticks_less(now, self._retry_at):
             self._retry_at = None
             self.request_check(install=self._install_after_check, auto=self._auto)
-        if self._check_at is not None and not ticks_less(now, self._check_at):
+        if self._started_at is not None and not fresh(self._started_at, now, self.min_check_gap_ms):
+            self._started_at = None     # dropped once old: the tick wrap never makes it recent again
+        if self._check_at is not None and not ticks_less(now, self._check_at) and self._started_at is None:
             self._check_at = None
             self._start_check(now)
 
@@ -424,6 +446,7 @@ class OtaService(Module):
     def _start_check(self, now):
         url = self._url()
         self._checked_at = now
+        self._started_at = now
         if not url:
             self.message = "Update checks are off (ota.url is empty)"
             return
@@ -513,6 +536,12 @@ class OtaService(Module):
             self._failed(now, "manifest", "update check: manifest cannot be read: %r" % exc)
             return
         m["source"] = self._source
+        if mf.expired(m, t):
+            self.available = None
+            self.server_version = ""
+            self._failed(now, "expired", "update check: the server's manifest (version %s) expired at %s UTC: "
+                                         "refused (an old manifest served again)" % (m["version"], _iso(m["expires"])))
+            return
         # A check that took long (a slow server, the signature's ~90 polls on a loaded device) is fresh from its
         # end: GET ota/check would otherwise start another one at once and refuse ota/start as "Busy: checking".
         self._checked_at = now

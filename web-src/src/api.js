@@ -47,7 +47,7 @@ export function backoffLeft() {
 // One request; `as`: 'json' (default), 'text' or 'blob'. A 429 waits Retry-After and tries again (twice at most):
 // the refused request was not processed, so repeating a POST is safe.
 export async function api(path, opts = {}) {
-  const { method = 'GET', body, as = 'json' } = opts;
+  const { method = 'GET', body, as = 'json', prompt = true } = opts; // prompt: false inside the token prompt itself
   let given = ''; // the token the prompt gave for this request
   for (let attempt = 0; ; attempt++) {
     const wait = backoffLeft();
@@ -104,7 +104,7 @@ export async function api(path, opts = {}) {
     if (refused && getToken() !== t && attempt < 2) continue;
     // A 403 for a READ token asks for the WRITE token; other refusals (e.g. a cross-site check) are only shown.
     // A token the user just gave and the device refused is "wrong", said so in the prompt.
-    if (refused && (await askToken(r.status, !!t && t === given))) {
+    if (refused && prompt && (await askToken(r.status, !!t && t === given))) {
       given = getToken();
       attempt = -1;
       continue;

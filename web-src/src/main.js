@@ -6,7 +6,7 @@ import { api, backoffLeft, bus, getToken, poller, setToken } from './api.js';
 import { Dashboard, INFO_MS } from './dashboard.js';
 import { History } from './history.js';
 import { getLang, setLang, t } from './i18n.js';
-import { Security } from './security.js';
+import { Rotation, Security } from './security.js';
 import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
@@ -22,7 +22,9 @@ const pageOf = () => {
 // Keeps Tab and Shift+Tab inside a modal dialog (WAI-ARIA dialog pattern): focus wraps at either end.
 function trapTab(e) {
   if (e.key !== 'Tab') return;
-  const items = [...e.currentTarget.querySelectorAll('input,button,select,textarea,a[href]')].filter((el) => !el.disabled);
+  // Only what can take focus now: a closed <details> hides its buttons, its <summary> is focusable itself.
+  const shut = (el) => el.tagName !== 'SUMMARY' && el.closest('details') && !el.closest('details').open;
+  const items = [...e.currentTarget.querySelectorAll('input,button,select,textarea,a[href],summary')].filter((el) => !el.disabled && !shut(el));
   if (!items.length) return;
   const first = items[0];
   const last = items[items.length - 1];
@@ -74,6 +76,8 @@ function TokenPrompt({ ask, onDone }) {
       <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> ${t('remember')}</label>
       <div class="row"><button type="submit">${t('signIn')}</button>
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
+      <details data-test="tok-lost"><summary>${t('tokenLost')}</summary><p>${t('tokenLostHelp')}</p>
+        <${Rotation} name="Meter Plus" prompt=${false} onConfirmed=${() => onDone(true)} /></details>
     </form></div>`;
 }
 

@@ -28,7 +28,7 @@ const CopyButton = ({ text, label }) => {
     onClick=${() => copy(text).then(() => setDone(true), () => setDone(false))}>${word}</button>`;
 };
 
-function Rotation({ onConfirmed, name }) {
+export function Rotation({ onConfirmed, name, prompt = true }) {
   const [pending, setPending] = useState(null);
   const [left, setLeft] = useState(0);
   const [msg, setMsg] = useState(null);
@@ -51,7 +51,7 @@ function Rotation({ onConfirmed, name }) {
     setMsg(null);
     setSaved(false);
     try {
-      const r = await api('/auth/tokens/generate', { method: 'POST' });
+      const r = await api('/auth/tokens/generate', { method: 'POST', prompt });
       const until = Date.now() + (r.expires_in || 60) * 1000;
       setPending({ ...r.pending, until });
       setLeft(r.expires_in || 60);
@@ -65,7 +65,7 @@ function Rotation({ onConfirmed, name }) {
   };
   const confirmPair = async () => {
     try {
-      await api('/auth/tokens/confirm', { method: 'POST', body: { new_write_token: pending.token_write } });
+      await api('/auth/tokens/confirm', { method: 'POST', body: { new_write_token: pending.token_write }, prompt });
       setToken(pending.token_write, keep); // this browser goes on with the new WRITE token
       setPending(null);
       setMsg(['ok', t('tokensActive')]);

@@ -311,8 +311,11 @@ function BackupBox({ doc, onSaved }) {
       return;
     }
     try {
-      const r = await api('/settings', { method: 'POST', body });
-      setMsg(['ok', t('restored', (r.changed || []).length)]);
+      // Its own endpoint: the device itself refuses WiFi, access point and authentication keys in a backup, in any
+      // spelling (a dotted "wifi.primary.ssid" once slipped past the filter above).
+      const r = await api('/settings/restore', { method: 'POST', body });
+      const dropped = (r.secrets_dropped || []).map((k) => (k.includes('.') ? fieldLabel(k) : k)).join(', ');
+      setMsg(['ok', t('restored', (r.changed || []).length) + (dropped ? ' ' + t('secretsDropped', dropped) : '')]);
       onSaved();
     } catch (x) {
       const fields = x.fields ? Object.keys(x.fields).sort().map((k) => fieldLabel(k) + ': ' + x.fields[k]).join('; ') : '';
