@@ -12,7 +12,10 @@ from micropython import const
 TOTAL = const(8)       # socketpool sockets in the whole system on the ESP32-S3 build (CONFIG_LWIP_MAX_SOCKETS)
 HTTP_KEEP = const(3)   # HTTP listener + two client sockets: the owner's way in, whatever else runs
 FLOATING_MIN = const(1)  # a Modbus client, the WebSocket session and an NTP round share what is left: at least one
-WS_SESSIONS = const(2)   # services/emulation/shelly_ws.py ShellyWs.max_sessions
+# The WebSocket sessions the worst case counts: Home Assistant's one. ShellyWs keeps a second place (a second client,
+# or a newcomer while a silent session is replaced); that one is always asked for at run time (may_take), so the
+# mDNS responder is not given up for a session that is rarely there.
+WS_SESSIONS = const(1)
 MODBUS_CLIENTS = const(2)  # services/modbus/server.py ModbusServer.max_clients
 
 # App attributes (core/app.py) whose object may hold sockets; each answers sockets_held() -> int.

@@ -211,6 +211,7 @@ def test_what_fits_serves_the_standard_load_two_floating_sockets(tmp_path_factor
         s.sendall(("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (host.port, key)).encode())
         assert s.recv(4096).startswith(b"HTTP/1.1 101")
+        time.sleep(0.5)        # the probe's session above has ended (the device reads its close): one session now
         m = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)   # a Modbus client that stays
         try:
             m.sendall(struct.pack(">HHHBBHH", 1, 0, 6, 1, 3, 40000, 2))
