@@ -785,3 +785,19 @@ def test_a_qos2_publish_from_the_broker_is_a_protocol_error_not_a_crash():
     r.pool.sock.inbox += bytes((0x34, len(body))) + body
     r.step()
     assert r.svc.conn_state == m.WAIT_RETRY and r.svc.last_error == m.ERR_PROTOCOL
+
+
+def test_status_says_when_the_next_attempt_is_across_the_ticks_wrap():
+    """Issue 28 point 1: the page says when the device tries again (status retry_in_s, /system/info retry_s), counted
+    wrap-safe: refused credentials wait 150 s (jitter 0) with the tick counter wrapping on the way."""
+    r = Rig(user="u", password="bad", now=TICKS_PERIOD - 60000)
+    assert r.svc.status()["retry_in_s"] is None
+    r.step(polls=2)
+    r.connack(5)
+    r.step()
+    st = r.svc.status()
+    assert st["state"] == "WAIT_RETRY" and st["retry_in_s"] == 150
+    d = r.svc.describe()
+    assert d["error"] == 1005 and d["retry_s"] == 150
+    r.step(ms=100000)  # the ticks wrapped meanwhile
+    assert r.svc.status()["retry_in_s"] == 50 and r.svc.describe()["retry_s"] == 50

@@ -600,12 +600,22 @@ class MqttService(Module):
             "last_error": self.last_error,
             "last_error_message": self.last_error_message,
             "reconnect_attempts": self.attempts,
+            "retry_in_s": self.retry_in_s(),
         }
+
+    def retry_in_s(self):
+        """Whole seconds until the next connection attempt while waiting to retry (wrap-safe), else None."""
+        if self.conn_state != WAIT_RETRY:
+            return None
+        return max(0, (ticks_diff(self._retry_at, self._now) + 999) // 1000)
 
     def describe(self):
         d = Module.describe(self)
         d["conn"] = self.conn_state
         d["attempts"] = self.attempts
+        # For the page's words: why the last attempt failed (last_error's code) and when the next one is.
+        d["error"] = self.last_error
+        d["retry_s"] = self.retry_in_s()
         d["energy_suppressed"] = self.floor.suppressed
         d["minimqtt"] = mc.VERSION
         return d
