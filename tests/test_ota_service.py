@@ -414,3 +414,12 @@ def test_a_long_check_is_fresh_from_its_end_so_the_offer_can_be_installed(env):
     assert env.svc.phase == "idle"
     answer = env.svc.start_update()
     assert answer["ok"] is True, answer
+
+
+@pytest.mark.parametrize("url,configured", [("", False), ("https://updates.example.invalid/meterplus/", False),
+                                            ("http://updates.example.invalid:8080/x/", False),
+                                            ("https://updates.example.org/meterplus/", True)])
+def test_check_result_says_whether_a_server_is_configured(env, url, configured):
+    """Issue 28 point 3: the page says "no update server configured" instead of "no update available"."""
+    env.svc._settings.d["ota.url"] = url
+    assert env.svc.check_result(env.now)["data"]["server_configured"] is configured
