@@ -2,7 +2,7 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, bus, poller } from './api.js';
 import { Chart, steps } from './chart.js';
-import { num, t } from './i18n.js';
+import { num, obisName, t } from './i18n.js';
 import { Msg, Table, deviceToday, deviceUtc, errText, html, sectionMap, useInfo } from './ui.js';
 
 export const LATEST_MS = 4000;
@@ -26,7 +26,7 @@ function LiveChart({ live, offset }) {
       height: 150,
       scales: { x: { time: false } },
       axes: [{ values: (u, vals) => vals.map(hm), space: 60 }, { size: 56 }],
-      series: [{ value: (u, v) => (v === null ? '–' : hm(v)) },
+      series: [{ label: t('time'), value: (u, v) => (v === null ? '–' : hm(v)) },
         { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, value: (u, v) => (v === null ? '–' : num(v, 0)) }],
     };
   }, [offset]);
@@ -80,7 +80,7 @@ export function Dashboard() {
   const others = latest
     ? Object.keys(latest)
         .filter((k) => /^\d+\.\d+\.\d+$/.test(k) && !['16.7.0', '1.8.0', '2.8.0'].includes(k))
-        .map((k) => [latest[k].name, num(latest[k].value, latest[k].unit === 'W' ? 0 : 2) + ' ' + latest[k].unit])
+        .map((k) => [obisName(k, latest[k].name), num(latest[k].value, latest[k].unit === 'W' ? 0 : 2) + ' ' + latest[k].unit])
     : [];
   return html`<section aria-labelledby="h-dash">
     <h1 id="h-dash">${t('dashboard')}</h1>

@@ -2,6 +2,18 @@
 // one user's choice must not change it for everyone; the device's language.active names the API's and MQTT's values.
 const T = {
   de: {
+    mq_auth: 'Broker lehnt ab: Benutzer oder Passwort falsch', mq_refused: 'Broker lehnt ab (Code %s)', mq_dns: 'Brokername unbekannt',
+    mq_tls: 'TLS-Fehler: Zertifikat prüfen', mq_down: 'Broker nicht erreichbar', mq_cfg: 'Broker fehlt', mq_next: '%s · nächster Versuch in %s',
+    recover: 'Token verloren? Den BOOT-Taster 10 s halten setzt das Gerät zurück (Werkseinstellungen, auch die Tokens).',
+    confirmAuthOn: 'Anmeldung einschalten? Danach braucht jeder Browser das Token.', authNeedsToken: 'Erst ein Token-Paar erzeugen, speichern oder kopieren und bestätigen: dieser Browser hat keines.',
+    pairSaveFirst: 'Erst speichern oder kopieren.', confirmSignOut: 'Token in diesem Browser vergessen? Ohne Token-Datei kommt dieser Browser nicht mehr an das Gerät.',
+    otaNoServer: 'Kein Update-Server eingerichtet (ota.url): nichts zu prüfen (installiert: %s).', otaChecking: 'Prüfe …', otaFailed: 'Prüfung fehlgeschlagen: %s',
+    autoOtaNoServer: 'ohne Update-Server wirkungslos', time: 'Zeit',
+    r_own: 'ist die eigene Adresse (IP)', r_outside: 'außerhalb des Subnetzes %s', r_netaddr: 'Netzadresse von %s', r_bcaddr: 'Broadcast-Adresse von %s', r_bad: 'ungültig',
+    ob: ['Bezug', 'Einspeisung', 'Tarif', 'Wirkleistung', 'Bezugsleistung', 'Einspeiseleistung', 'Betrag Wirkleistung', 'Spannung', 'Strom', 'Netzfrequenz'],
+    why_first_start: 'Erster Start (kein Ausfall)',
+    setupTitle: 'Einrichtung', setupHelp: 'Das Gerät ist neu. Vier Schritte:', setupWifi: 'WLAN verbinden', setupZone: 'Zeitzone prüfen (%s)',
+    setupAp: 'Zugangspunkt mit Passwort schützen', setupTokens: 'Tokens erzeugen', setupDone: 'erledigt', setupHide: 'Ausblenden',
     dashboard: 'Übersicht', history: 'Verlauf', settings: 'Einstellungen', security: 'Sicherheit', system: 'System',
     power: 'Leistung', importing: 'Bezug aus dem Netz', exporting: 'Einspeisung ins Netz', idle: 'Kein Fluss',
     importTotal: 'Bezug gesamt', exportTotal: 'Einspeisung gesamt', unknown: 'unbekannt',
@@ -84,6 +96,18 @@ const T = {
     },
   },
   en: {
+    mq_auth: 'Broker refuses: user name or password wrong', mq_refused: 'Broker refuses (code %s)', mq_dns: 'Broker name unknown',
+    mq_tls: 'TLS error: check the certificate', mq_down: 'Broker not reachable', mq_cfg: 'No broker set', mq_next: '%s · next try in %s',
+    recover: 'Token lost? Holding the BOOT button for 10 s resets the device (factory settings, tokens too).',
+    confirmAuthOn: 'Switch the login on? Every browser then needs the token.', authNeedsToken: 'Generate a token pair, save or copy it and confirm it first: this browser has none.',
+    pairSaveFirst: 'Save or copy it first.', confirmSignOut: 'Forget the token in this browser? Without the token file this browser cannot reach the device any more.',
+    otaNoServer: 'No update server set up (ota.url): nothing to check (installed: %s).', otaChecking: 'Checking …', otaFailed: 'Check failed: %s',
+    autoOtaNoServer: 'does nothing without an update server', time: 'Time',
+    r_own: "is the device's own address (IP)", r_outside: 'outside the subnet %s', r_netaddr: 'network address of %s', r_bcaddr: 'broadcast address of %s', r_bad: 'not valid',
+    ob: ['Import', 'Export', 'tariff', 'Active power', 'Import power', 'Export power', 'Absolute active power', 'Voltage', 'Current', 'Grid frequency'],
+    why_first_start: 'First start (no outage)',
+    setupTitle: 'Setup', setupHelp: 'The device is new. Four steps:', setupWifi: 'Connect to WiFi', setupZone: 'Check the time zone (%s)',
+    setupAp: 'Protect the access point with a password', setupTokens: 'Create tokens', setupDone: 'done', setupHide: 'Hide',
     dashboard: 'Dashboard', history: 'History', settings: 'Settings', security: 'Security', system: 'System',
     power: 'Power', importing: 'Importing from the grid', exporting: 'Feeding into the grid', idle: 'No flow',
     importTotal: 'Import total', exportTotal: 'Export total', unknown: 'unknown',
@@ -195,6 +219,15 @@ export const fieldLabel = (key) => {
   const f = T[lang].f;
   return f[key] || f[key.split('.').pop()] || key;
 };
+// A reading's name in the page's language from its OBIS code (the device names it in its own language): energy
+// 1|2.8.t, power and phases by C modulo 20 (16 active, 1 import, 2 export, 12 voltage, 11 current), phase C div 20.
+export function obisName(code, fallback) {
+  const [c, d, e] = code.split('.').map(Number);
+  const w = T[lang].ob;
+  if (d === 8 && c < 3) return w[c - 1] + (e ? ' ' + w[2] + ' ' + e : '');
+  const i = { 16: 3, 1: 4, 2: 5, 15: 6, 12: 7, 11: 8, 14: 9 }[c % 20];
+  return d === 7 && i ? w[i] + (c > 20 ? ' L' + Math.floor(c / 20) : '') : fallback;
+}
 export const num = (v, digits) =>
   v === null || v === undefined || Number.isNaN(v)
     ? '–'

@@ -44,7 +44,8 @@ function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
   const common = { id, name: k, 'aria-invalid': error ? 'true' : undefined, 'aria-describedby': error ? id + '-err' : undefined };
   if (kind === 'bool')
     return html`<div class="field check"><label><input type="checkbox" ...${common} checked=${value}
-      onChange=${(e) => onChange(k, e.target.checked)} /> ${fieldLabel(k)}</label>${err}</div>`;
+      onChange=${(e) => onChange(k, e.target.checked)} /> ${fieldLabel(k)}</label>${err}
+      ${k === 'autoOta' && !/^https?:\/\/[^/:]+(?<!\.invalid)(:\d+)?\//.test(getPath(doc, 'ota.url') || '') && html` <span class="small" data-test="auto-ota-note">(${t('autoOtaNoServer')})</span>`}</div>`;
   let input;
   if (kind === 'choice')
     input = html`<select ...${common} value=${value} onChange=${(e) => onChange(k, e.target.value)}>
@@ -104,6 +105,33 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     setVals({ ...vals, [k]: v });
     if (errors[k]) setErrors({ ...errors, [k]: '' });
   };
+  // The page's own reason (in its language) for every shown field of this section as it stands, the rules across
+  // keys included: what marks the fields before a join test and words the device's 400 fields.
+  const reasons = () => {
+    const out = {};
+    const merged = JSON.parse(JSON.stringify(doc));
+    for (const k of keys.filter((x) => shown(x, vals))) {
+      const secret = SECRETS.includes(k);
+      const v = secret ? vals[k] || null : SCHEMA[k][0] === 'bool' ? vals[k] : parse(k, vals[k]);
+      const why = check(k, v);
+      if (why) out[k] = why;
+      if (!secret) {
+        const parts = k.split('.');
+        let n = merged;
+        for (const p of parts.slice(0, -1)) n = n[p] = n[p] || {};
+        n[parts[parts.length - 1]] = v;
+      }
+    }
+    for (const [k, why] of Object.entries(crossCheck(merged, getPath))) if (keys.includes(k) && !out[k]) out[k] = why;
+    return out;
+  };
+  // Errors on their fields, the first one focused; false when there are none.
+  const mark = (errs) => {
+    setErrors(errs);
+    const first = keys.find((k) => errs[k]);
+    if (first) document.getElementById(fid(first))?.focus();
+    return !!first;
+  };
   const submit = async (e) => {
     e.preventDefault();
     const patch = {};
@@ -162,11 +190,10 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
       if (ex instanceof ApiError && ex.fields) {
         const mine = {};
         const other = [];
-        for (const [k, why] of Object.entries(ex.fields)) (keys.includes(k) ? (mine[k] = why) : other.push(k + ': ' + why));
-        setErrors(mine);
-        setMsg(['err', ex.message + (other.length ? ' — ' + other.join('; ') : '')]);
-        const first = Object.keys(mine)[0];
-        if (first) document.getElementById(fid(first))?.focus();
+        const ours = reasons();
+        for (const k of Object.keys(ex.fields)) (keys.includes(k) ? (mine[k] = ours[k] || t('r_bad')) : other.push(fieldLabel(k)));
+        mark(mine);
+        setMsg(['err', t('fixErrors') + (other.length ? ' — ' + other.join(', ') : '')]);
       } else setMsg(['err', errText(ex)]);
     } finally {
       setBusy(false);
@@ -179,7 +206,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
-    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} />`}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} reasons=${reasons} mark=${mark} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
@@ -190,7 +217,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
 // Try the section's WiFi credentials before they are stored (POST /wifi/join): the device joins with its access
 // point kept up and stores them only when the join worked, so a wrong password never locks the owner out; the
 // answer names the address the device has there before the phone leaves the access point.
-function JoinBox({ profile, vals, onSaved }) {
+function JoinBox({ profile, vals, onSaved, reasons, mark }) {
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
   const go = async () => {
@@ -201,6 +228,10 @@ function JoinBox({ profile, vals, onSaved }) {
       setMsg(['err', t('joinNoSsid')]);
       return;
     }
+    if (mark(reasons())) {
+      setMsg(['err', t('fixErrors')]);
+      return;
+    }
     setBusy(true);
     setMsg(['', t('joining', body.ssid)]);
     try {
@@ -209,7 +240,12 @@ function JoinBox({ profile, vals, onSaved }) {
       onSaved();
     } catch (e) {
       const reason = e instanceof ApiError && e.status === 422 && e.body ? e.body.reason : '';
-      setMsg(['err', reason ? t('join_' + reason, body.ssid) : errText(e)]);
+      if (e instanceof ApiError && e.fields) {
+        const ours = reasons();
+        const p = `wifi.${profile}.`;
+        mark(Object.fromEntries(Object.keys(e.fields).map((k) => [k.startsWith(p) ? k : p + k, ours[k.startsWith(p) ? k : p + k] || t('r_bad')])));
+      }
+      setMsg(['err', reason ? t('join_' + reason, body.ssid) : e.fields ? t('fixErrors') : errText(e)]);
     } finally {
       setBusy(false);
     }

@@ -3,9 +3,8 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv, poller } from './api.js';
 import { getLang, known, t } from './i18n.js';
-import { span } from './history.js';
 import { RestartButton, RestartWait } from './settings.js';
-import { Msg, Table, errText, html, noteInfo, sectionMap } from './ui.js';
+import { Msg, Table, errText, html, mqttWords, noteInfo, sectionMap, span } from './ui.js';
 
 // A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
 // tab is visible (2 requests per 10 s; it stops when the page is left).
@@ -30,7 +29,7 @@ function Log({ path, title, name, live }) {
     ${rows && (rows.length > 1 ? html`<${Table} cls="log" head=${rows[0]} rows=${rows.slice(1).reverse()} />` : html`<p>${t('empty')}</p>`)}</div>`;
 }
 
-const REASONS = ['power', 'brownout', 'watchdog', 'crash', 'ota', 'rollback', 'restart', 'button', 'reset_pin', 'software', 'unknown'];
+const REASONS = ['power', 'brownout', 'watchdog', 'crash', 'ota', 'rollback', 'restart', 'button', 'reset_pin', 'software', 'first_start', 'unknown'];
 
 // Outage journal: fetched once when the page opens (never polled: the device's request budget is small).
 // Times in the device's time zone when /system/info named it, else the browser's.
@@ -46,7 +45,7 @@ function Outages({ zone }) {
     <${Msg} kind="err">${err}<//>
     ${list && (list.length
       ? html`<${Table} head=${[t('outDown'), t('outUp'), t('outDuration'), t('outReason')]}
-          rows=${list.map((o) => [when(o.down), when(o.up), o.duration_s === null ? t('unknown') : span(o.duration_s), reason(o.reason)])} />`
+          rows=${list.map((o) => [o.reason === 'first_start' ? '–' : when(o.down), when(o.up), o.duration_s === null ? t('unknown') : span(o.duration_s), reason(o.reason)])} />`
       : html`<p>${t('noOutages')}</p>`)}</div>`;
 }
 
@@ -80,7 +79,7 @@ function Overview({ info }) {
       meter.stale || +meter.age_s < 0 ? t('stMeterStale', meter.age_s) : t('stMeterLive', meter.age_s))],
     [t('stClock'), clock.synced ? t('sysClock', localTime(now, zone), zone, clock.server) : t('stClockNot')],
     [t('sysHeap'), t('sysHeapFree', kb(heap.free), kb(heap.largest_block))],
-    ['MQTT', mqtt.conn === 'CONNECTED' ? t('stConnected') : mqtt.conn === 'OFF' || !mqtt.conn ? t('stOff') : mqtt.conn],
+    ['MQTT', mqttWords(mqtt)[1]],
     ['Modbus', modbus.enabled ? t('stModbusOn', modbus.clients || 0) + ' · Port ' + modbus.port + ' · SunSpec ' + modbus.model : t('stOff')],
   ];
   if (info.features_off && info.features_off.length) rows.push([t('sysOff'), info.features_off.map((e) => e.name + ': ' + e.value).join('; ')]);
@@ -106,10 +105,20 @@ export function System() {
       setErr(errText(e));
     }
   };
+  // The check runs in the background on the device: asked again while it says checking (every 2 s, 15 times at
+  // most); no server configured, a failed check and "none available" are three different answers.
   const otaCheck = async () => {
+    setOta(['', t('otaChecking')]);
     try {
-      const r = await api('/ota/check');
-      setOta(['', r.data.update_available ? t('otaAvail', r.data.version) : t('otaNone', r.data.version), r.data.update_available]);
+      let d;
+      for (let i = 0; i < 15; i++) {
+        d = (await api('/ota/check')).data;
+        if (d.state !== 'checking') break;
+        await pause(2000);
+      }
+      const mine = d.installed_version || d.version;
+      setOta(d.server_configured === false ? ['warn', t('otaNoServer', mine)] : d.update_available ? ['', t('otaAvail', d.version)]
+        : d.error ? ['err', t('otaFailed', d.message || d.error)] : ['', t('otaNone', mine)]);
     } catch (e) {
       setOta(['err', errText(e)]);
     }
