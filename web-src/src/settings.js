@@ -4,7 +4,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, download } from './api.js';
 import { fieldLabel, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
-import { Msg, errText, getPath, html, sectionMap, useInfo } from './ui.js';
+import { Msg, errText, getPath, html, mqttWords, sectionMap, useInfo } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
@@ -203,6 +203,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     <h2>${t(id)}</h2>
     ${id === 'ap' && html`<${ApNow} />`}
     ${id === 'emulation' && html`<${EmuHelp} doc=${doc} />`}
+    ${id === 'mqtt' && html`<${MqttNow} />`}
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
@@ -436,6 +437,12 @@ function PairBox() {
     <div class="row"><button type="button" disabled=${!/^[A-Za-z0-9_-]{1,64}$/.test(tok)} onClick=${() => act('POST')}>${t('pair')}</button>
     <button type="button" onClick=${() => act('DELETE')}>${t('unpair')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
+}
+
+// The MQTT connection now, in words (why it failed, when it tries next), from the shell's /system/info.
+function MqttNow() {
+  const info = useInfo();
+  return info && html`<p class="small" data-test="mqtt-now" role="status">${mqttWords(sectionMap(info.mqtt))[1]}</p>`;
 }
 
 // Whether the access point runs now (the setting says only whether it always runs), from the shell's /system/info.

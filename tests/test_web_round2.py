@@ -1,0 +1,237 @@
+"""The web interface's second round (issue 28), in Chromium against the host runtime: each point of the issue as a
+person meets it. MQTT's state in words with the reason and the next try; no lock-out by authentication; an update
+check that says when there is no server; field errors on the field in the page's language; one language per page;
+the first-run card and the first start not listed as an outage; axe-core finds nothing on any page, light or dark."""
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.test_api_harness import host_fixture
+from tests.test_web_ui import WEB_MARKS, _page, browser, fetch_through  # noqa: F401  (browser: Chromium fixture)
+
+pytestmark = WEB_MARKS
+
+fresh = host_fixture("web-r2-fresh", reading=True)     # a factory-fresh device (nothing stored), a live meter
+auth = host_fixture("web-r2-auth")                     # this module switches authentication on here
+
+
+def _info_with(section, changes):
+    """A route handler: the device's own /system/info with entries of one section replaced."""
+    def handler(route):
+        resp = fetch_through(route)
+        body = resp.json()
+        entries = {e["name"]: e for e in body.get(section, [])}
+        for name, value in changes.items():
+            entries[name] = {"name": name, "value": value, "unit": ""}
+        body[section] = sorted(entries.values(), key=lambda e: e["name"])
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+    return handler
+
+
+# --- point 1: a failing service says why, and when it tries next ---
+
+def test_mqtt_says_why_it_failed_and_when_it_tries_next(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.route("**/api/v1/system/info", _info_with("mqtt", {"conn": "WAIT_RETRY", "error": 1005, "retry_s": 180}))
+    page.goto(fresh.url + "/#/system")
+    words = "Broker lehnt ab: Benutzer oder Passwort falsch · nächster Versuch in 3 Min."
+    chip = page.locator("[data-test=st-mqtt]")
+    chip.get_by_text(words).wait_for()
+    assert "WAIT_RETRY" not in chip.inner_text()
+    page.locator("[data-test=overview]").get_by_text(words).wait_for()
+    page.unroute("**/api/v1/system/info")
+    page.route("**/api/v1/system/info", _info_with("mqtt", {"conn": "WAIT_RETRY", "error": 111, "retry_s": 8}))
+    page.goto(fresh.url + "/#/settings/mqtt")
+    page.locator("#s-mqtt [data-test=mqtt-now]").get_by_text("Broker nicht erreichbar · nächster Versuch in 8 s").wait_for()
+    page.context.close()
+
+
+# --- point 2: authentication cannot lock the owner out ---
+
+def test_login_goes_on_only_with_a_kept_token_and_after_asking(browser, auth, tmp_path):  # noqa: F811
+    page = _page(browser)
+    page.goto(auth.url + "/#/security")
+    posts = []
+    page.on("request", lambda r: posts.append(r.post_data) if r.method == "POST" and r.url.endswith("/settings") else None)
+    page.get_by_role("button", name="Neue Tokens erzeugen").click()
+    confirm = page.get_by_role("button", name="Tokens bestätigen")
+    confirm.wait_for()
+    assert confirm.is_disabled()                               # not before the pair was saved or copied
+    page.get_by_text("Erst speichern oder kopieren.").wait_for()
+    with page.expect_download():
+        page.locator("[data-test=token-file]").click()
+    assert confirm.is_enabled()
+    confirm.click()
+    page.get_by_text("Neue Tokens aktiv").wait_for()
+    asked = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    page.locator("#f-api_auth_required").click()
+    page.wait_for_timeout(300)
+    assert asked and asked[0].startswith("Anmeldung einschalten?") and "BOOT-Taster 10 s" in asked[0]
+    assert posts == []                                        # "no" changed nothing
+    page.once("dialog", lambda d: d.dismiss())
+    page.get_by_role("button", name="Token vergessen").click()
+    page.wait_for_timeout(300)
+    assert page.locator("[data-test=token-kept]").inner_text() != "Kein Token gespeichert."  # still kept
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#f-api_auth_required").click()
+    page.get_by_text("Anmeldung eingeschaltet").wait_for()
+    # Another browser without the token: the prompt says how to recover, and so does the page after "Abbrechen".
+    other = _page(browser)
+    other.goto(auth.url + "/#/system")
+    other.get_by_role("dialog").wait_for()
+    assert "BOOT-Taster 10 s halten" in other.locator("[data-test=tok-recover]").inner_text()
+    other.get_by_role("button", name="Abbrechen").click()
+    other.get_by_text(re.compile("Token fehlt oder ist falsch. Token verloren\\? Den BOOT-Taster")).first.wait_for()
+    other.context.close()
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#f-api_auth_required").click()               # off again: the token this browser holds works
+    page.get_by_text("Anmeldung ausgeschaltet.").wait_for()
+    page.context.close()
+
+
+def test_login_cannot_go_on_from_a_browser_without_a_token(browser, auth):  # noqa: F811
+    page = _page(browser)
+    page.route("**/api/v1/system/info", _info_with("settings", {"tokens_set": True}))
+    page.goto(auth.url + "/#/security")
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    button = page.locator("#f-api_auth_required")
+    button.wait_for()
+    page.wait_for_function("!document.querySelector('#f-api_auth_required').disabled")
+    page.on("dialog", lambda d: d.accept())
+    button.click()
+    page.get_by_text("dieser Browser hat keines").wait_for()
+    assert sent == []
+    page.context.close()
+
+
+# --- point 3: an update check that is true ---
+
+def test_update_check_says_there_is_no_server(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/#/system")
+    page.get_by_role("button", name="Auf Update prüfen").click()
+    page.get_by_text(re.compile("^Kein Update-Server eingerichtet")).wait_for()
+    assert page.get_by_text(re.compile("^Kein Update verfügbar")).count() == 0
+    page.goto(fresh.url + "/#/settings/general")
+    assert "ohne Update-Server wirkungslos" in page.locator("[data-test=auto-ota-note]").inner_text()
+    page.context.close()
+
+
+# --- point 4: the field that is wrong is marked, in the page's language ---
+
+def _static(page, ip, subnet, gateway):
+    form = page.locator("#s-wifiPrimary")
+    form.locator('[name="wifi.primary.ssid"]').fill("Heimnetz")
+    form.locator('[name="wifi.primary.static_ip"]').check()
+    for key, value in (("ip", ip), ("subnet", subnet), ("gateway", gateway)):
+        form.locator('[name="wifi.primary.%s"]' % key).fill(value)
+    return form
+
+
+def test_join_test_marks_the_wrong_address_in_german(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/#/settings/wifiPrimary")
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if "/wifi/join" in r.url else None)
+    form = _static(page, "192.168.1.50", "255.255.255.0", "192.168.2.1")
+    form.get_by_role("button", name="Verbindung testen und speichern").click()
+    err = form.locator("#f-wifi-primary-gateway-err")
+    err.wait_for()
+    assert err.inner_text() == "außerhalb des Subnetzes 192.168.1.0/24"
+    assert form.locator("#f-wifi-primary-gateway").get_attribute("aria-invalid") == "true"
+    assert sent == []                                          # the page knew: nothing sent
+    # What only the device can tell (its own words in English) is marked on the field, in German.
+    page.route("**/api/v1/wifi/join", lambda route: route.fulfill(status=400, content_type="application/json", body=json.dumps(
+        {"error": "Invalid WiFi settings", "code": "invalid_fields", "fields": {"wifi.primary.dns": "dns is odd"}})))
+    form.locator('[name="wifi.primary.gateway"]').fill("192.168.1.1")
+    form.locator('[name="wifi.primary.dns"]').fill("192.168.1.2")
+    form.get_by_role("button", name="Verbindung testen und speichern").click()
+    err = form.locator("#f-wifi-primary-dns-err")
+    err.wait_for()
+    assert err.inner_text() == "ungültig" and "odd" not in form.inner_text()
+    assert form.get_by_text("Bitte die markierten Felder korrigieren.").count() == 1
+    page.context.close()
+
+
+def test_plain_save_words_the_devices_field_error_in_german(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/#/settings/wifiPrimary")
+    page.route("**/api/v1/settings", lambda route: route.fulfill(status=400, content_type="application/json", body=json.dumps(
+        {"error": "Invalid settings", "code": "invalid_fields",
+         "fields": {"wifi.primary.gateway": "gateway 192.168.2.1 is outside the subnet 192.168.1.0/24"}}))
+        if route.request.method == "POST" else route.continue_())
+    page.on("dialog", lambda d: d.accept())
+    form = page.locator("#s-wifiPrimary")
+    form.locator('[name="wifi.primary.ssid"]').fill("Heimnetz")
+    form.get_by_role("button", name="Speichern", exact=True).click()
+    err = form.locator("#f-wifi-primary-gateway-err")
+    err.wait_for()
+    assert err.inner_text() == "ungültig" and "outside" not in form.inner_text()
+    page.context.close()
+
+
+# --- point 5: one language per page ---
+
+def test_english_page_names_the_readings_in_english_and_german_legend_is_german(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.add_init_script("localStorage.setItem('mp.lang', 'en')")
+    page.goto(fresh.url + "/")
+    page.wait_for_function("document.querySelector('main') && /Voltage L1/.test(document.querySelector('main').innerText)")
+    text = page.locator("main").inner_text()
+    for german in ("Spannung", "Strom L", "Wirkleistung", "Netzfrequenz"):
+        assert german not in text, german
+    page.context.close()
+    page = _page(browser)
+    page.goto(fresh.url + "/")
+    page.locator("[data-test=live] .u-legend").wait_for(timeout=30000)
+    legend = page.locator("[data-test=live] .u-legend").inner_text()
+    assert "Value" not in legend and "Zeit" in legend
+    assert "Spannung L1" in page.locator("main").inner_text()
+    page.context.close()
+
+
+# --- point 11: first-run guidance; the first start is no outage ---
+
+def test_a_new_device_shows_the_first_run_steps(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/")
+    card = page.locator("[data-test=setup]")
+    card.wait_for()
+    steps = card.locator("li")
+    assert steps.count() == 4
+    names = [steps.nth(i).inner_text() for i in range(4)]
+    assert names[0].startswith("WLAN verbinden") and names[1].startswith("Zeitzone prüfen (Europe/Berlin)")
+    assert names[2].startswith("Zugangspunkt mit Passwort schützen") and names[3].startswith("Tokens erzeugen")
+    assert not any("erledigt" in n for n in names)
+    assert card.locator("a").nth(2).get_attribute("href") == "#/settings/ap"
+    page.goto(fresh.url + "/#/system")
+    row = page.locator("[data-test=outages] tbody tr").first
+    row.wait_for()
+    assert "Erster Start (kein Ausfall)" in row.inner_text() and "Stromausfall" not in row.inner_text()
+    page.context.close()
+
+
+# --- point 12 (axe): no violation on any page, light and dark ---
+
+AXE = os.path.join(os.path.dirname(pytest.importorskip("axe_playwright_python").__file__), "axe.min.js")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("route", ["dashboard", "history", "settings", "security", "system"])
+def test_axe_finds_nothing(browser, fresh, route, theme):  # noqa: F811
+    page = _page(browser)
+    page.add_init_script("localStorage.setItem('mp.theme', %r)" % theme)
+    page.goto(fresh.url + "/#/" + route)
+    page.locator("main h1").wait_for()
+    page.locator("[data-test=status-strip]").wait_for()
+    page.wait_for_timeout(500)
+    page.add_script_tag(path=AXE)
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    found = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]]
+    assert found == []
+    page.context.close()
