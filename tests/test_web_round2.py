@@ -163,15 +163,14 @@ def test_plain_save_words_the_devices_field_error_in_german(browser, fresh):  # 
     page.goto(fresh.url + "/#/settings/wifiPrimary")
     page.route("**/api/v1/settings", lambda route: route.fulfill(status=400, content_type="application/json", body=json.dumps(
         {"error": "Invalid settings", "code": "invalid_fields",
-         "fields": {"wifi.primary.gateway": "gateway 192.168.2.1 is outside the subnet 192.168.1.0/24"}}))
+         "fields": {"wifi.primary.gateway": "gateway 192.168.1.1 answers no ARP"}}))
         if route.request.method == "POST" else route.continue_())
     page.on("dialog", lambda d: d.accept())
-    form = page.locator("#s-wifiPrimary")
-    form.locator('[name="wifi.primary.ssid"]').fill("Heimnetz")
+    form = _static(page, "192.168.1.50", "255.255.255.0", "192.168.1.1")
     form.get_by_role("button", name="Speichern", exact=True).click()
     err = form.locator("#f-wifi-primary-gateway-err")
     err.wait_for()
-    assert err.inner_text() == "ungültig" and "outside" not in form.inner_text()
+    assert err.inner_text() == "ungültig" and "ARP" not in form.inner_text()
     page.context.close()
 
 
