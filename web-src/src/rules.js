@@ -82,7 +82,7 @@ export function check(key, v) {
   if (typeof v === 'string' && hasLoneSurrogate(v)) return t('r_unicode');
   switch (kind) {
     case 'bool':
-      return typeof v === 'boolean' ? '' : 'true/false';
+      return typeof v === 'boolean' ? '' : t('r_bool');
     case 'int':
       return Number.isInteger(v) && v >= a && v <= b ? '' : t('r_int', a, b);
     case 'choice':

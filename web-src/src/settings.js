@@ -73,6 +73,19 @@ function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
   return html`<div class="field"><label for=${id}>${fieldLabel(k)}</label>${input}${err}</div>`;
 }
 
+// The device's reason for a field (English, core/settings.py check) in the page's language: the page's own reason
+// for the value where it has one, else the device's common reasons by their pattern, else "not valid".
+const DEVICE_WHY = [[/^at most (\d+) characters$/, 'r_len'], [/^at most (\d+) bytes$/, 'r_bytes'], [/^must be 1 to 10000$/, 'r_ratio'],
+  [/^must be (-?\d+) to (-?\d+)$/, 'r_int'], [/^must be an IPv4 address/, 'r_ip'], [/^must be true or false$/, 'r_bool']];
+export function deviceWhy(ours, why) {
+  if (ours) return ours;
+  for (const [re, key] of DEVICE_WHY) {
+    const m = re.exec(why || '');
+    if (m) return t(key, ...m.slice(1));
+  }
+  return t('r_bad');
+}
+
 // Fields that only mean something while another is on: the static address while static_ip is ticked.
 const shown = (k, vals) => {
   const m = /^(wifi\.\w+\.)(ip|subnet|gateway|dns)$/.exec(k);
@@ -191,7 +204,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
         const mine = {};
         const other = [];
         const ours = reasons();
-        for (const k of Object.keys(ex.fields)) (keys.includes(k) ? (mine[k] = ours[k] || t('r_bad')) : other.push(fieldLabel(k)));
+        for (const k of Object.keys(ex.fields)) (keys.includes(k) ? (mine[k] = deviceWhy(ours[k], ex.fields[k])) : other.push(fieldLabel(k)));
         mark(mine);
         setMsg(['err', t('fixErrors') + (other.length ? ' — ' + other.join(', ') : '')]);
       } else setMsg(['err', errText(ex)]);
@@ -244,7 +257,7 @@ function JoinBox({ profile, vals, onSaved, reasons, mark }) {
       if (e instanceof ApiError && e.fields) {
         const ours = reasons();
         const p = `wifi.${profile}.`;
-        mark(Object.fromEntries(Object.keys(e.fields).map((k) => [k.startsWith(p) ? k : p + k, ours[k.startsWith(p) ? k : p + k] || t('r_bad')])));
+        mark(Object.fromEntries(Object.keys(e.fields).map((k) => [k.startsWith(p) ? k : p + k, deviceWhy(ours[k.startsWith(p) ? k : p + k], e.fields[k])])));
       }
       setMsg(['err', reason ? t('join_' + reason, body.ssid) : e.fields ? t('fixErrors') : errText(e)]);
     } finally {
