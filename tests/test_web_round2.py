@@ -3,13 +3,15 @@ person meets it. MQTT's state in words with the reason and the next try; no lock
 check that says when there is no server; field errors on the field in the page's language; one language per page;
 the first-run card and the first start not listed as an outage; axe-core finds nothing on any page, light or dark."""
 
+import hashlib
 import json
 import os
 import re
+import time
 
 import pytest
 
-from tests.test_api_harness import host_fixture
+from tests.test_api_harness import host_fixture, start_host
 from tests.test_web_ui import WEB_MARKS, _page, browser, fetch_through  # noqa: F401  (browser: Chromium fixture)
 
 pytestmark = WEB_MARKS
@@ -233,4 +235,57 @@ def test_axe_finds_nothing(browser, fresh, route, theme):  # noqa: F811
     result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
     found = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]]
     assert found == []
+    page.context.close()
+
+
+# --- point 8: the 15-minute chart is whole after a reload ---
+
+def test_the_live_chart_is_whole_right_after_a_reload(browser, fresh):  # noqa: F811
+    deadline = 90
+    t0 = time.monotonic()
+    while len(fresh.get("/api/v1/history/recent")[1]["points"]) < 4:   # the device has recent power to give
+        assert time.monotonic() - t0 < deadline
+        time.sleep(1)
+    page = _page(browser)
+    page.goto(fresh.url + "/")
+    live = page.locator("[data-test=live]")
+    live.wait_for()
+    assert int(live.get_attribute("data-n")) >= 4              # at once, not one point per 4 s poll of this tab
+    assert "Value" not in page.locator("[data-test=live] .u-legend").inner_text()
+    page.context.close()
+
+
+# --- point 7: the dashboard is whole at once after signing in ---
+
+TOKEN = "0123456789abcdef" * 4
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory):
+    """Authentication on with a known token: every request of a new browser is refused until it signs in."""
+    h = start_host(tmp_path_factory, "web-r2-locked", settings={"api_auth_required": True})
+    h.stop()
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    with open(os.path.join(h.state, "tokens.json"), "w") as f:
+        json.dump({"read": digest, "write": digest, "required": True}, f)
+    h.start()
+    h.wait_for(lambda: h.get("/api/v1/history/latest", headers={"Authorization": "Bearer " + TOKEN})[0] == 200)
+    yield h
+    h.stop()
+
+
+def test_the_dashboard_is_whole_right_after_signing_in(browser, locked):  # noqa: F811
+    page = _page(browser)
+    page.goto(locked.url + "/")
+    page.locator("#tok-in").wait_for()
+    page.get_by_role("button", name="Abbrechen").click()        # not now: the page's requests stay refused ...
+    page.wait_for_timeout(500)
+    page.locator("#tok-in").wait_for(timeout=10000)             # ... until the next poll asks again
+    page.fill("#tok-in", TOKEN)
+    page.get_by_role("button", name="Anmelden").click()
+    # Every card and the strip within a few seconds, not after the next 20 s or 5 min poll.
+    page.locator("[data-test=today]").wait_for(timeout=6000)
+    page.locator("[data-test=st-meter]").wait_for(timeout=6000)
+    page.wait_for_function("/live/.test(document.querySelector('[data-test=st-meter]').innerText)", timeout=6000)
+    page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')", timeout=6000)
     page.context.close()

@@ -8,7 +8,7 @@ import { Msg, Table, deviceToday, deviceUtc, errText, html, sectionMap, useInfo 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
 export const TODAY_MS = 300000; // today's energies: the day's quarter hours change every 15 min
-const LIVE_S = 900; // the live chart: the last 15 minutes of what the page polled anyway (no request of its own)
+const LIVE_S = 900; // the live chart: the last 15 minutes, from the device's own recent power, then what the page polls
 
 // The last minutes of power from the readings the dashboard polled: [times, watts]; a 204 or an unreachable device
 // adds a gap (null), never a repeated value. Times are the readings' own; labels in the device's local time.
@@ -17,6 +17,23 @@ function addLive(live, at, watts) {
   const from = keep < 0 ? live[0].length : keep;
   if (live[0].length && at <= live[0][live[0].length - 1]) return live; // the same reading polled twice
   return [[...live[0].slice(from), at], [...live[1].slice(from), watts]];
+}
+
+// The device's recent power (GET /history/recent, 10 s slots, a slot without a reading left out) under what this tab
+// polled since: a missing slot becomes a gap (null), never a line across it.
+function seed(live, points) {
+  const xs = [];
+  const ys = [];
+  for (const [x, y] of points) {
+    if (xs.length && x - xs[xs.length - 1] > 20) {
+      xs.push(xs[xs.length - 1] + 10);
+      ys.push(null);
+    }
+    xs.push(x);
+    ys.push(y);
+  }
+  const from = live[0].findIndex((x) => x > (xs[xs.length - 1] || 0));
+  return from < 0 ? [xs, ys] : [[...xs, ...live[0].slice(from)], [...ys, ...live[1].slice(from)]];
 }
 
 function LiveChart({ live, offset }) {
@@ -30,7 +47,7 @@ function LiveChart({ live, offset }) {
         { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, value: (u, v) => (v === null ? '–' : num(v, 0)) }],
     };
   }, [offset]);
-  return html`<div class="card" data-test="live" data-last=${JSON.stringify(live[1].slice(-5))}><h2>${t('livePower')}</h2>
+  return html`<div class="card" data-test="live" data-n=${live[0].length} data-last=${JSON.stringify(live[1].slice(-5))}><h2>${t('livePower')}</h2>
     <${Chart} opts=${opts} data=${live} label=${t('livePower')} /></div>`;
 }
 
@@ -59,6 +76,7 @@ export function Dashboard() {
         throw e;
       }
     }, LATEST_MS);
+    api('/history/recent').then((r) => setLive((l) => seed(l, r.points)), () => {});
     // Today's import, export and balance: the totals of today's quarter hours (highRes), every 5 minutes.
     const stopToday = poller(async () => setToday(await api('/history/highRes?date=' + deviceToday())), TODAY_MS);
     // Any request that finds the device gone (the strip's info, today's totals) clears the readings at once: the
