@@ -4,7 +4,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv, poller } from './api.js';
 import { getLang, known, t } from './i18n.js';
 import { RestartButton, RestartWait } from './settings.js';
-import { Msg, Table, errText, html, mqttWords, noteInfo, sectionMap, span } from './ui.js';
+import { Msg, Table, errText, html, lastInfo, mqttWords, noteInfo, sectionMap, span } from './ui.js';
 
 // A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
 // tab is visible (2 requests per 10 s; it stops when the page is left).
@@ -145,7 +145,7 @@ export function System() {
     <div class="card"><h2>${t('ota')}</h2><div class="row">
       <button type="button" onClick=${otaCheck}>${t('otaCheck')}</button>
       <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
-      ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}<${UploadBox} /></div>
+      ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}<${Updated} /><${UploadBox} /></div>
     <div class="card"><h2>${t('reboot')}</h2><${RestartButton} /></div>
     <${Outages} zone=${info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : ''} />
     <h2>${t('logs')}</h2>
@@ -158,6 +158,25 @@ export function System() {
 }
 
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+const PIECE_MS = 700; // 8 KB (the device's body limit) every 0.7 s: 14.3 pieces per 10 s + the shell's info poll stay within
+// the 15 of 25 one address may hold while another client (Home Assistant) polls (services/api/service.py RateLimiter)
+
+// After an update from this page restarted the device: the version now running and whether it is on trial (it
+// becomes final after 3 healthy minutes; 3 failed boots roll it back), or that it was not taken.
+function Updated() {
+  const [text, setText] = useState('');
+  useEffect(() => {
+    const from = sessionStorage.getItem('mp.otaFrom');
+    if (from === null) return;
+    sessionStorage.removeItem('mp.otaFrom');
+    api('/ota/check').then((r) => {
+      const d = r.data;
+      const now = d.installed_version || d.version;
+      setText(now === from ? t('otaNotTaken', now) : t(d.state === 'trial' ? 'otaTrial' : 'otaNow', from, now));
+    }, () => {});
+  }, []);
+  return text && html`<p class="msg ok" role="status" data-test="ota-result">${text}</p>`;
+}
 
 // A signed release archive (tools.ota_manifest --archive) from a file: sent in 8 KB pieces at their offsets; a 409
 // (signature being checked, busy) sends again from what the device has, a piece lost at the network is sent again;
@@ -174,10 +193,15 @@ function UploadBox() {
     let offset = 0;
     let again = 0;
     let drops = 0;
+    let sent = 0; // when the last piece left: pieces are paced under the device's request limit (PIECE_MS), so
+    // the upload never meets a 429 and its "busy" banner
+    const from = (lastInfo.value && sectionMap(lastInfo.value.esp).os_version) || '';
     setMsg(['', t('uploading', f.name)]);
     setPct(0);
     for (;;) {
       let r;
+      await pause(Math.max(0, sent + PIECE_MS - Date.now()));
+      sent = Date.now();
       try {
         r = await api('/ota/upload?offset=' + offset, { method: 'POST', body: data.subarray(offset, offset + 8192) });
         again = drops = 0;
@@ -200,6 +224,7 @@ function UploadBox() {
       offset = r.received;
       setPct(Math.min(100, Math.floor((offset * 100) / data.length)));
       if (r.done) {
+        sessionStorage.setItem('mp.otaFrom', from); // after the restart the System page says what came of it
         setMsg(['ok', t('o_done')]);
         setWaiting(true);
         return;
