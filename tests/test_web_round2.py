@@ -289,3 +289,32 @@ def test_the_dashboard_is_whole_right_after_signing_in(browser, locked):  # noqa
     page.wait_for_function("/live/.test(document.querySelector('[data-test=st-meter]').innerText)", timeout=6000)
     page.wait_for_function("document.querySelector('[data-test=power] .big').textContent.includes('W')", timeout=6000)
     page.context.close()
+
+
+# --- point 10: the emulation section shows the address, the ports and what the battery does, in words ---
+
+def test_the_emulation_section_names_the_address_and_says_what_the_battery_does(browser, tmp_path):  # noqa: F811
+    from tests.hostproc import HostProcess
+    from tests.test_shelly_host import MARSTEK, _free_udp, _udp
+
+    ports = (_free_udp(), _free_udp())
+    h = HostProcess(tmp_path / "drive", settings={"emulation": {"shelly": True, "shellyUdpPort": ports[0],
+                                                                "shellyUdpPort2": ports[1]}}).start()
+    try:
+        h.wait_for(lambda: h.get("/api/v1/history/latest")[0] == 200)
+        page = _page(browser)
+        page.goto(h.url + "/#/settings/emulation")
+        help_box = page.locator("#s-emulation [data-test=emu-help]")
+        status = help_box.locator("[data-test=emu-status]")
+        status.wait_for()
+        assert status.inner_text() == "Shelly bereit (UDP %d,%d), noch keine Anfrage." % tuple(sorted(ports))
+        ip = [e["value"] for e in h.get("/api/v1/system/info")[1]["wifi"] if e["name"] == "ip"][0] or "192.168.4.1"
+        assert ip in help_box.locator("[data-test=emu-addr]").inner_text()
+        for _ in range(3):
+            assert _udp(ports[0], MARSTEK) is not None
+        page.reload()
+        status.wait_for()
+        assert re.fullmatch(r"Speicher fragt seit \d\d:\d\d · 3 Antworten", status.inner_text()), status.inner_text()
+        page.context.close()
+    finally:
+        h.stop()

@@ -2,9 +2,9 @@
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, download } from './api.js';
-import { fieldLabel, t } from './i18n.js';
+import { fieldLabel, num, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
-import { Msg, errText, getPath, html, mqttWords, sectionMap, useInfo } from './ui.js';
+import { Msg, deviceUtc, errText, getPath, html, mqttWords, sectionMap, useInfo } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
@@ -470,12 +470,23 @@ function ApNow() {
 // authentication on, that the emulation answers without a token.
 function EmuHelp({ doc }) {
   const info = useInfo();
-  const ip = info ? sectionMap(info.wifi).ip : '';
+  const wifi = info ? sectionMap(info.wifi) : {};
+  const ip = wifi.ip || (info && sectionMap(info.ap).ip) || ''; // on the access point only: its address
   const id = info ? String(sectionMap(info.esp).esp_id || '') : '';
   const set = getPath(doc, 'emulation.smaSerial'); // 0xffffffff is Speedwire's "any device": derived instead
   let sn = set > 0 && set < 0xffffffff ? set : info && (parseInt(id.slice(-8), 16) || 1);
   if (sn === 0xffffffff) sn--;
-  return html`<div class="small" data-test="emu-help"><p>${t('emuShelly', ip || t('emuIp'))}</p><p>${t('emuSma', sn || '…')}</p>
+  const e = info ? sectionMap(info.emulation) : {};
+  const since = e['shelly_udp.since_s'];
+  const last = e['shelly_udp.last_s'];
+  const at = (ago) => new Date((deviceUtc() - ago + (+sectionMap(info.clock).utc_offset_min || 0) * 60) * 1000).toISOString().slice(11, 16);
+  // Live status in words: listening where, asked since when and how often, or quiet since when.
+  const status = !e.shelly ? '' : since === null || since === undefined ? t('emuWaiting', e['shelly_udp.ports'] || '–')
+    : last > 60 ? t('emuQuiet', at(last)) : t('emuAsking', at(since), num(+e['shelly_udp.answers'] || 0, 0));
+  return html`<div class="small" data-test="emu-help">
+    ${ip && html`<p data-test="emu-addr"><strong>${t('emuAddr', ip, wifi.mdns_name || '')}</strong></p>`}
+    ${status && html`<p data-test="emu-status" role="status">${status}</p>`}
+    <p>${t('emuShelly', ip || t('emuIp'))}</p><p>${t('emuSma', sn || '…')}</p>
     ${doc.api_auth_required && html`<p data-test="emu-auth">${t('emuAuth')}</p>`}</div>`;
 }
 
