@@ -345,8 +345,21 @@ export function restoreDoc(file) {
   return doc;
 }
 
+// What a restore would change, setting by setting: [key, old, new] for each settings key the file holds a different
+// value for (shown and asked before anything is sent).
+export function restoreChanges(doc, body) {
+  const out = [];
+  for (const k of Object.keys(SCHEMA)) {
+    const v = getPath(body, k);
+    if (v !== undefined && JSON.stringify(v) !== JSON.stringify(getPath(doc, k))) out.push([k, getPath(doc, k), v]);
+  }
+  return out;
+}
+const shownValue = (v) => (v === true ? '✓' : v === false ? '✗' : v === '' || v === null || v === undefined ? '–' : String(v));
+
 function BackupBox({ doc, onSaved }) {
   const [msg, setMsg] = useState(null);
+  const [ask, setAsk] = useState(null); // [body, changes] while the owner looks at what would change
   const save = () => download('meterplus-settings.json', JSON.stringify(backupOf(doc), null, 1), 'application/json');
   const restore = async (e) => {
     const f = e.target.files && e.target.files[0];
@@ -360,6 +373,13 @@ function BackupBox({ doc, onSaved }) {
       setMsg(['err', t('restoreNotBackup')]);
       return;
     }
+    const changes = restoreChanges(doc, body);
+    setMsg(changes.length ? null : ['', t('nothingChanged')]);
+    setAsk(changes.length ? [body, changes] : null);
+  };
+  const apply = async () => {
+    const [body] = ask;
+    setAsk(null);
     try {
       const r = await api('/settings', { method: 'POST', body });
       setMsg(['ok', t('restored', (r.changed || []).length)]);
@@ -372,6 +392,10 @@ function BackupBox({ doc, onSaved }) {
   return html`<div class="card" data-test="backup"><h2>${t('backup')}</h2><p class="small">${t('backupHelp')}</p>
     <div class="row"><button type="button" onClick=${save}>${t('backupSave')}</button>
       <label class="button">${t('backupRestore')}<input type="file" accept="application/json,.json" data-test="restore-file" onChange=${restore} class="visually-hidden" /></label></div>
+    ${ask && html`<div class="sub" data-test="restore-preview"><p><strong>${t('restoreAsk', ask[1].length)}</strong></p>
+      <ul>${ask[1].map(([k, a, b]) => html`<li>${fieldLabel(k)}: ${shownValue(a)} → ${shownValue(b)}</li>`)}</ul>
+      <div class="row"><button type="button" onClick=${apply}>${t('restoreApply')}</button>
+        <button type="button" onClick=${() => setAsk(null)}>${t('cancel')}</button></div></div>`}
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     <p class="small">${t('factoryResetHelp')}</p></div>`;
 }
