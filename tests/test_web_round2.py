@@ -318,3 +318,25 @@ def test_the_emulation_section_names_the_address_and_says_what_the_battery_does(
         page.context.close()
     finally:
         h.stop()
+
+
+def test_saving_mqtt_says_at_once_whether_the_broker_answers(browser, fresh):  # noqa: F811
+    """Point 1: "Gespeichert" alone said nothing of the broker; now the first attempt's outcome joins it."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                                 # nothing listens there: refused
+    page = _page(browser)
+    page.goto(fresh.url + "/#/settings/mqtt")
+    form = page.locator("#s-mqtt")
+    form.locator('[name="mqtt.enable"]').check()
+    form.locator('[name="mqtt.host"]').fill("127.0.0.1")
+    form.locator('[name="mqtt.port"]').fill(str(port))
+    form.get_by_role("button", name="Speichern", exact=True).click()
+    msg = form.locator(".msg", has_text="MQTT: Broker nicht erreichbar · nächster Versuch in")
+    msg.wait_for(timeout=20000)
+    assert msg.inner_text().startswith("Gespeichert")
+    assert fresh.post("/api/v1/settings", {"mqtt": {"enable": False}})[0] == 200
+    page.context.close()

@@ -199,6 +199,20 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
       if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', names(r.after_restart)));
       setMsg(['ok', parts.join(' '), r.restart_required]);
       onSaved(id);
+      // MQTT connects with the new settings at once: its answer (connected, or why not) joins "saved" within
+      // seconds, not at the strip's next poll.
+      if (id === 'mqtt') {
+        for (let i = 0; i < 10; i++) {
+          await new Promise((ok) => setTimeout(ok, 1500));
+          const st = await api('/mqtt/status').catch(() => null);
+          if (!st) break;
+          if (!['INIT', 'CONNECTING'].includes(st.state) || i === 9) {
+            const w = mqttWords({ conn: st.state, error: st.last_error, retry_s: st.retry_in_s });
+            setMsg([w[0] === 'err' ? 'err' : 'ok', parts.join(' ') + ' MQTT: ' + w[1], r.restart_required]);
+            break;
+          }
+        }
+      }
     } catch (ex) {
       if (ex instanceof ApiError && ex.fields) {
         const mine = {};
