@@ -340,3 +340,69 @@ def test_saving_mqtt_says_at_once_whether_the_broker_answers(browser, fresh):  #
     assert msg.inner_text().startswith("Gespeichert")
     assert fresh.post("/api/v1/settings", {"mqtt": {"enable": False}})[0] == 200
     page.context.close()
+
+
+# --- point 12: the smaller ones ---
+
+def test_nothing_used_yet_is_not_called_more_imported(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.route("**/api/v1/history/highRes?*", lambda route: route.fulfill(status=200, content_type="application/json",
+               body=json.dumps({"date": "2026-11-27", "import_total_kWh": 0, "export_total_kWh": 0, "items": []})))
+    page.goto(fresh.url + "/")
+    card = page.locator("[data-test=today]")
+    card.wait_for()
+    assert "mehr bezogen" not in card.inner_text() and "Bezug und Einspeisung gleich" in card.inner_text()
+    page.context.close()
+
+
+def test_an_unknown_settings_link_says_so(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/#/settings/mqqt")
+    note = page.locator("[data-test=unknown-tab]")
+    note.wait_for()
+    assert "„mqqt“" in note.inner_text()
+    assert page.locator("#s-general").is_visible()
+    page.context.close()
+
+
+def test_the_outage_table_breaks_no_word_at_phone_width(browser, fresh):  # noqa: F811
+    outages = {"outages": [{"down": 1795530720, "up": 1795536000, "duration_s": 5280, "reason": "watchdog",
+                            "detail": "WATCHDOG"},
+                           {"down": 1795300000, "up": 1795300040, "duration_s": 40, "reason": "restart",
+                            "detail": "api"}], "capacity": 64}
+    page = _page(browser, width=360, height=740)
+    page.route("**/api/v1/system/outages", lambda route: route.fulfill(status=200, content_type="application/json",
+                                                                       body=json.dumps(outages)))
+    page.goto(fresh.url + "/#/system")
+    page.locator("[data-test=outages] tbody tr").nth(1).wait_for()
+    split = page.evaluate("""() => {
+      const out = [];
+      for (const td of document.querySelectorAll('[data-test=outages] td, [data-test=outages] th')) {
+        const text = td.firstChild;
+        if (!text || text.nodeType !== 3) continue;
+        const re = /\\S+/g;
+        let m;
+        while ((m = re.exec(text.data))) {
+          const r = document.createRange();
+          r.setStart(text, m.index);
+          r.setEnd(text, m.index + m[0].length);
+          const tops = new Set([...r.getClientRects()].map((x) => Math.round(x.top)));
+          if (tops.size > 1) out.push(m[0]);
+        }
+      }
+      return out;
+    }""")
+    assert split == []
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    page.context.close()
+
+
+def test_axe_finds_nothing_on_the_token_dialog(browser, locked):  # noqa: F811
+    page = _page(browser)
+    page.goto(locked.url + "/")
+    page.get_by_role("dialog").wait_for()
+    page.add_script_tag(path=AXE)
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    found = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]]
+    assert found == []
+    page.context.close()

@@ -115,7 +115,7 @@ export function Dashboard() {
       <div class="card" data-test="export"><h2>${t('exportTotal')}</h2><p class="big">${total('2.8.0')}</p></div>
       ${today && html`<div class="card" data-test="today"><h2>${t('today')}</h2>
         <p class="big" data-test="balance">${(today.import_total_kWh - today.export_total_kWh >= 0 ? '' : '−') + num(Math.abs(today.import_total_kWh - today.export_total_kWh), 3)} kWh</p>
-        <p class="dir">${today.import_total_kWh - today.export_total_kWh >= 0 ? t('balanceImport') : t('balanceExport')}</p>
+        <p class="dir">${today.import_total_kWh === today.export_total_kWh ? t('balanceEven') : today.import_total_kWh > today.export_total_kWh ? t('balanceImport') : t('balanceExport')}</p>
         <p class="small"><span data-test="today-import">${t('importing')}: ${num(today.import_total_kWh, 3)} kWh</span> ·
           <span data-test="today-export">${t('exporting')}: ${num(today.export_total_kWh, 3)} kWh</span></p></div>`}
     </div>

@@ -64,7 +64,7 @@ function TokenPrompt({ ask, onDone }) {
   };
   const why = ask.wrong ? (ask.status === 403 ? t('tokenReadOnly') : t('tokenWrong')) : ask.status === 403 ? t('tokenWrite') : t('tokenAsk');
   return html`<div class="overlay" onKeyDown=${keys}>
-    <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" aria-describedby="tok-why" onSubmit=${submit}>
+    <div class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" aria-describedby="tok-why"><form onSubmit=${submit}>
       <h2 id="tok-h">${t('tokenTitle')}</h2>
       <p id="tok-why" class=${ask.wrong ? 'ferr' : ''} role=${ask.wrong ? 'alert' : undefined} data-test="tok-why">${why}</p>
       <p class="small" data-test="tok-recover">${t('recover')}</p>
@@ -74,7 +74,7 @@ function TokenPrompt({ ask, onDone }) {
       <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> ${t('remember')}</label>
       <div class="row"><button type="submit">${t('signIn')}</button>
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
-    </form></div>`;
+    </form></div></div>`;
 }
 
 // Light, dark or as the system says; kept in this browser (the device serves many browsers).

@@ -534,6 +534,11 @@ const tabOf = () => {
   const id = location.hash.split('/')[2];
   return TABS.includes(id) ? id : 'general';
 };
+// A section named in the address that this page does not have (an old or mistyped link): said, not hidden.
+const unknownTab = () => {
+  const id = location.hash.split('/')[2];
+  return id && !TABS.includes(id) ? id : '';
+};
 
 export function Settings({ onDoc }) {
   const [doc, setDoc] = useState(null);
@@ -568,6 +573,7 @@ export function Settings({ onDoc }) {
     <nav class="tabs" aria-label=${t('sections')}><ul>${TABS.map((id) => html`<li><a href=${'#/settings/' + id}
       aria-current=${id === tab ? 'page' : undefined} data-test=${'tab-' + id}>${t(id)}${dirty[id] ? html` <span title=${t('unsaved')} aria-label=${t('unsaved')}>•</span>` : ''}</a></li>`)}</ul></nav>
     <${Msg} kind="err">${err}<//>
+    ${unknownTab() && html`<p class="msg warn" role="status" data-test="unknown-tab">${t('unknownTab', unknownTab())}</p>`}
     ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${saved}
       onDirty=${onDirty} hidden=${id !== tab} epoch=${epochs[id] || 0}>
       ${id === 'mqtt' && html`<${CaBox} />`}${id === 'cloud' && html`<${PairBox} />`}<//>`)}
