@@ -59,7 +59,8 @@ def main():
         out = []
         for name in PROFILES:
             fcp = measure(h.url, name)
-            print("%s: first contentful paint %.0f ms (median of %d cold loads, CPU 4x slower, 360 px)" % (name, fcp, RUNS))
+            print("%s: first contentful paint %.0f ms (median of %d cold loads, CPU 4x slower, 360 px)"
+                  % (name, fcp, RUNS))
             out.append("%s_fcp_ms=%.0f" % (name, fcp))
     finally:
         h.stop()

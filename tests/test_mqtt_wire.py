@@ -506,7 +506,7 @@ def test_disabled_by_default():
     r.step(polls=3)
     assert r.svc.status() == {"enabled": False, "state": "OFF", "host": "broker.lan", "port": 1883,
                               "client_id": "meterplus-" + DEV, "use_tls": False, "last_error": 0,
-                              "last_error_message": "", "reconnect_attempts": 0}
+                              "last_error_message": "", "reconnect_attempts": 0, "retry_in_s": None}
 
 
 def test_incoming_garbage_and_oversized_packets():

@@ -133,7 +133,8 @@ def test_an_orderly_restart_leaves_a_note_the_next_start_completes(drive):
 
 def test_the_first_start_is_no_outage_but_a_start_with_history_is(drive):
     """Issue 28 point 11: an empty journal and no history is the device's first start, not a power cut; the next
-    power-on start (the journal now holds the first) is one again, and so is a first journal on a device with history."""
+    power-on start (the journal now holds the first) is one again, and so is a first journal on a device with
+    history."""
     first = Outages(OutageJournal("o.bin"), Clock(T0), "POWER_ON", last_seen=lambda: 0)
     first.start()
     assert [oj.REASONS[e[3]] for e in first.journal.entries()] == ["first_start"]

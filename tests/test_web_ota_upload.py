@@ -98,7 +98,8 @@ def test_the_upload_stays_under_the_rate_limit_and_ends_with_the_new_version_on_
     one here), so no request is refused and no "busy" banner shows; after the restart it names the version now
     running and that it is on trial."""
     folder, _server = pub
-    archive = _archive(tmp_path, folder, "0.2.0", {"services/ota/added_in_020.py": '"""New in 0.2.0."""\n' + "#" * 60000})
+    big = '"""New in 0.2.0."""\n' + "#" * 60000
+    archive = _archive(tmp_path, folder, "0.2.0", {"services/ota/added_in_020.py": big})
     h = _device(tmp_path, ntp)
     try:
         page = _page(browser)

@@ -96,8 +96,8 @@ def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, 
     _restore(page, tmp_path, "{not json", "keine Meter-Plus-Sicherung", "broken.json")
     _restore(page, tmp_path, {"device_name": "x"}, "keine Meter-Plus-Sicherung", "plain.json")
     bad = {"meterplus_backup": 1, "settings": {"device_name": "Garage", "mqtt": {"port": 70000}}}
-    said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json", preview=["Gerätename: %s → Garage" % before["device_name"],
-                                                                         "Port: 1883 → 70000"])
+    said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json",
+                    preview=["Gerätename: %s → Garage" % before["device_name"], "Port: 1883 → 70000"])
     assert "Port" in said                                          # the field is named in words
     assert device.get("/api/v1/settings")[1] == before             # all or nothing: the name was not taken either
     page.context.close()

@@ -47,7 +47,8 @@ def test_mqtt_says_why_it_failed_and_when_it_tries_next(browser, fresh):  # noqa
     page.unroute("**/api/v1/system/info")
     page.route("**/api/v1/system/info", _info_with("mqtt", {"conn": "WAIT_RETRY", "error": 111, "retry_s": 8}))
     page.goto(fresh.url + "/#/settings/mqtt")
-    page.locator("#s-mqtt [data-test=mqtt-now]").get_by_text("Broker nicht erreichbar · nächster Versuch in 8 s").wait_for()
+    now = page.locator("#s-mqtt [data-test=mqtt-now]")
+    now.get_by_text("Broker nicht erreichbar · nächster Versuch in 8 s").wait_for()
     page.context.close()
 
 
@@ -57,7 +58,8 @@ def test_login_goes_on_only_with_a_kept_token_and_after_asking(browser, auth, tm
     page = _page(browser)
     page.goto(auth.url + "/#/security")
     posts = []
-    page.on("request", lambda r: posts.append(r.post_data) if r.method == "POST" and r.url.endswith("/settings") else None)
+    page.on("request", lambda r: posts.append(r.post_data)
+            if r.method == "POST" and r.url.endswith("/settings") else None)
     page.get_by_role("button", name="Neue Tokens erzeugen").click()
     confirm = page.get_by_role("button", name="Tokens bestätigen")
     confirm.wait_for()
@@ -148,8 +150,9 @@ def test_join_test_marks_the_wrong_address_in_german(browser, fresh):  # noqa: F
     assert form.locator("#f-wifi-primary-gateway").get_attribute("aria-invalid") == "true"
     assert sent == []                                          # the page knew: nothing sent
     # What only the device can tell (its own words in English) is marked on the field, in German.
-    page.route("**/api/v1/wifi/join", lambda route: route.fulfill(status=400, content_type="application/json", body=json.dumps(
-        {"error": "Invalid WiFi settings", "code": "invalid_fields", "fields": {"wifi.primary.dns": "dns is odd"}})))
+    refusal = {"error": "Invalid WiFi settings", "code": "invalid_fields", "fields": {"wifi.primary.dns": "dns is odd"}}
+    page.route("**/api/v1/wifi/join", lambda route: route.fulfill(status=400, content_type="application/json",
+                                                                  body=json.dumps(refusal)))
     form.locator('[name="wifi.primary.gateway"]').fill("192.168.1.1")
     form.locator('[name="wifi.primary.dns"]').fill("192.168.1.2")
     form.get_by_role("button", name="Verbindung testen und speichern").click()
@@ -163,10 +166,11 @@ def test_join_test_marks_the_wrong_address_in_german(browser, fresh):  # noqa: F
 def test_plain_save_words_the_devices_field_error_in_german(browser, fresh):  # noqa: F811
     page = _page(browser)
     page.goto(fresh.url + "/#/settings/wifiPrimary")
-    page.route("**/api/v1/settings", lambda route: route.fulfill(status=400, content_type="application/json", body=json.dumps(
-        {"error": "Invalid settings", "code": "invalid_fields",
-         "fields": {"wifi.primary.gateway": "gateway 192.168.1.1 answers no ARP"}}))
-        if route.request.method == "POST" else route.continue_())
+    refusal = {"error": "Invalid settings", "code": "invalid_fields",
+               "fields": {"wifi.primary.gateway": "gateway 192.168.1.1 answers no ARP"}}
+    page.route("**/api/v1/settings", lambda route: route.fulfill(status=400, content_type="application/json",
+                                                                 body=json.dumps(refusal))
+               if route.request.method == "POST" else route.continue_())
     page.on("dialog", lambda d: d.accept())
     form = _static(page, "192.168.1.50", "255.255.255.0", "192.168.1.1")
     form.get_by_role("button", name="Speichern", exact=True).click()
@@ -182,7 +186,8 @@ def test_english_page_names_the_readings_in_english_and_german_legend_is_german(
     page = _page(browser)
     page.add_init_script("localStorage.setItem('mp.lang', 'en')")
     page.goto(fresh.url + "/")
-    page.wait_for_function("document.querySelector('main') && /Voltage L1/.test(document.querySelector('main').innerText)")
+    page.wait_for_function("document.querySelector('main') && "
+                           "/Voltage L1/.test(document.querySelector('main').innerText)")
     text = page.locator("main").inner_text()
     for german in ("Spannung", "Strom L", "Wirkleistung", "Netzfrequenz"):
         assert german not in text, german
