@@ -411,3 +411,21 @@ def test_axe_finds_nothing_on_the_token_dialog(browser, locked):  # noqa: F811
     found = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]]
     assert found == []
     page.context.close()
+
+
+def test_a_chart_has_a_keyboard_path_and_says_what_it_shows(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/")
+    chart = page.locator("[data-test=live] [data-test=chart]")
+    chart.wait_for(timeout=30000)
+    label = chart.get_attribute("aria-label")
+    assert re.search(r"Leistung \(W\) von -?[\d.]+ bis -?[\d.]+", label) and "Pfeiltasten" in label, label
+    chart.focus()
+    assert page.evaluate("document.activeElement.dataset.test") == "chart"      # reachable: it takes the focus
+    page.keyboard.press("End")
+    said = page.locator("[data-test=live] [data-test=chart-said]")
+    assert re.fullmatch(r"Zeit: \d\d:\d\d · Leistung \(W\): -?[\d.]+", said.inner_text()), said.inner_text()
+    first = said.inner_text()
+    page.keyboard.press("Home")
+    assert said.inner_text() != first or page.locator("[data-test=live]").get_attribute("data-n") == "1"
+    page.context.close()
