@@ -429,3 +429,27 @@ def test_a_chart_has_a_keyboard_path_and_says_what_it_shows(browser, fresh):  # 
     page.keyboard.press("Home")
     assert said.inner_text() != first or page.locator("[data-test=live]").get_attribute("data-n") == "1"
     page.context.close()
+
+
+def test_the_log_shows_local_time_pages_and_filters(browser, fresh):  # noqa: F811
+    lines = ["time,uptime_s,level,message"] + [
+        "2026-11-27T%02d:%02d:00Z,%d,info,line %d%s" % (1 + i // 60, i % 60, i, i, " wifi" * (i % 10 == 0))
+        for i in range(120)]
+    page = _page(browser)
+    page.route("**/api/v1/logs/persistent", lambda route: route.fulfill(status=200, content_type="text/csv",
+                                                                      body="\n".join(lines) + "\n"))
+    page.goto(fresh.url + "/#/system")
+    box = page.locator("[data-test=log-persistent]")
+    page.locator("[data-test=overview]").wait_for()
+    box.get_by_role("button", name="Laden").click()
+    rng = box.locator("[data-test=log-range]")
+    rng.wait_for()
+    assert rng.inner_text() == "1–50 von 120" and box.locator("tbody tr").count() == 50
+    first = box.locator("tbody tr").first.inner_text()
+    assert "line 119" in first and "27.11.2026, 03:59:00" in first and "Z" not in first   # Europe/Berlin, newest first
+    assert box.locator("th").first.inner_text() == "Zeit (Ortszeit)"
+    box.get_by_role("button", name="Ältere").click()
+    assert rng.inner_text() == "51–100 von 120" and "line 69" in box.locator("tbody tr").first.inner_text()
+    box.locator("[data-test=log-filter]").fill("wifi")
+    assert rng.inner_text() == "1–12 von 12" and box.locator("tbody tr").count() == 12
+    page.context.close()

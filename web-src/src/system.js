@@ -8,10 +8,13 @@ import { Msg, Table, errText, html, lastInfo, mqttWords, noteInfo, sectionMap, s
 
 // A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
 // tab is visible (2 requests per 10 s; it stops when the page is left).
-function Log({ path, title, name, live }) {
+const PAGE = 50; // log lines per page
+function Log({ path, title, name, live, zone }) {
   const [rows, setRows] = useState(null);
   const [err, setErr] = useState('');
   const [tail, setTail] = useState(false);
+  const [q, setQ] = useState('');
+  const [from, setFrom] = useState(0);
   const load = async () => {
     try {
       const text = await api(path, { as: 'text' });
@@ -26,7 +29,23 @@ function Log({ path, title, name, live }) {
     <div class="row"><button type="button" onClick=${load}>${t('load')}</button>
       ${live && html`<label class="check"><input type="checkbox" data-test="live" checked=${tail} onChange=${(e) => setTail(e.target.checked)} /> ${t('liveTail')}</label>`}</div>
     <${Msg} kind="err">${err}<//>
-    ${rows && (rows.length > 1 ? html`<${Table} cls="log" head=${rows[0]} rows=${rows.slice(1).reverse()} />` : html`<p>${t('empty')}</p>`)}</div>`;
+    ${rows && (rows.length > 1 ? html`<${LogTable} rows=${rows} q=${q} setQ=${(v) => { setQ(v); setFrom(0); }} from=${from} setFrom=${setFrom} zone=${zone} name=${name} />`
+      : html`<p>${t('empty')}</p>`)}</div>`;
+}
+
+// Newest first, UTC stamps in the device's local time, a filter over every column, 50 lines a page.
+function LogTable({ rows, q, setQ, from, setFrom, zone, name }) {
+  const tcol = rows[0].indexOf('time');
+  const head = rows[0].map((h, i) => (i === tcol ? t('logTime') : h));
+  const needle = q.trim().toLowerCase();
+  const all = rows.slice(1).reverse().filter((r) => !needle || r.join(' ').toLowerCase().includes(needle));
+  const shown = all.slice(from, from + PAGE).map((r) => r.map((c, i) => (i === tcol && c ? localTime(Date.parse(c) / 1000, zone, true) : c)));
+  return html`<div class="row"><label for=${name + '-q'}>${t('logFilter')}</label>
+      <input id=${name + '-q'} type="search" value=${q} onInput=${(e) => setQ(e.target.value)} data-test="log-filter" /></div>
+    <${Table} cls="log" head=${head} rows=${shown} />
+    <div class="row"><button type="button" disabled=${from === 0} onClick=${() => setFrom(Math.max(0, from - PAGE))}>${t('logNewer')}</button>
+      <span data-test="log-range">${all.length ? t('logRange', from + 1, Math.min(all.length, from + PAGE), all.length) : t('empty')}</span>
+      <button type="button" disabled=${from + PAGE >= all.length} onClick=${() => setFrom(from + PAGE)}>${t('logOlder')}</button></div>`;
 }
 
 const REASONS = ['power', 'brownout', 'watchdog', 'crash', 'ota', 'rollback', 'restart', 'button', 'reset_pin', 'software', 'first_start', 'unknown'];
@@ -50,8 +69,8 @@ function Outages({ zone }) {
 }
 
 // A moment as people read it, in the device's time zone when it has one.
-function localTime(ts, zone) {
-  const o = { dateStyle: 'medium', timeStyle: 'short' };
+function localTime(ts, zone, seconds) {
+  const o = { dateStyle: 'medium', timeStyle: seconds ? 'medium' : 'short' };
   const loc = getLang() === 'de' ? 'de-DE' : 'en-GB';
   try {
     return new Date(ts * 1000).toLocaleString(loc, zone ? { ...o, timeZone: zone } : o);
@@ -133,6 +152,7 @@ export function System() {
       setOta(['err', errText(e)]);
     }
   };
+  const zone = info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : '';
   const rgb = led && led.rgb ? `rgb(${led.rgb.r},${led.rgb.g},${led.rgb.b})` : '#000';
   return html`<section aria-labelledby="h-sys">
     <h1 id="h-sys">${t('system')}</h1>
@@ -147,10 +167,10 @@ export function System() {
       <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
       ${ota && html`<${Msg} kind=${ota[0]}>${ota[1]}<//>`}<${Updated} /><${UploadBox} /></div>
     <div class="card"><h2>${t('reboot')}</h2><${RestartButton} /></div>
-    <${Outages} zone=${info && info.clock ? (info.clock.find((e) => e.name === 'timezone') || {}).value : ''} />
+    <${Outages} zone=${zone} />
     <h2>${t('logs')}</h2>
-    <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" />
-    <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" live />
+    <${Log} path="/logs/persistent" title=${t('persistentLog')} name="log-persistent" zone=${zone} />
+    <${Log} path="/logs/ram" title=${t('ramLog')} name="log-ram" live zone=${zone} />
     <div class="row"><button type="button" onClick=${rawdump}>${t('rawdump')}</button></div>
     ${info && html`<details class="card" data-test="info-raw"><summary>${t('sysRaw')}</summary>${Object.keys(info).sort().map((sec) => html`<div data-test=${'info-' + sec}><h3>${sec}</h3>
       <${Table} rows=${info[sec].map((e) => [e.name, String(e.value) + (e.unit ? ' ' + e.unit : '')])} /></div>`)}</details>`}
