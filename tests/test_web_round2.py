@@ -453,3 +453,30 @@ def test_the_log_shows_local_time_pages_and_filters(browser, fresh):  # noqa: F8
     box.locator("[data-test=log-filter]").fill("wifi")
     assert rng.inner_text() == "1–12 von 12" and box.locator("tbody tr").count() == 12
     page.context.close()
+
+
+def test_mqtt_connection_test_says_how_it_went_and_stores_nothing(browser, fresh, tmp_path):  # noqa: F811
+    """Point 1: "Verbindung testen" for MQTT, like WiFi's: a real mosquitto with a password; the wrong one is named
+    as such, the right one works, and the device's settings stay as they were."""
+    from tests.mqtt_peers import Broker
+
+    broker = Broker(str(tmp_path / "broker"), users={"meter": "richtig"}).start()
+    try:
+        before = fresh.get("/api/v1/settings")[1]["mqtt"]
+        page = _page(browser)
+        page.goto(fresh.url + "/#/settings/mqtt")
+        form = page.locator("#s-mqtt")
+        form.locator('[name="mqtt.host"]').fill("127.0.0.1")
+        form.locator('[name="mqtt.port"]').fill(str(broker.port))
+        form.locator('[name="mqtt.user"]').fill("meter")
+        form.locator('[name="mqtt.password"]').fill("falsch")
+        box = form.locator("[data-test=mqtt-test]")
+        box.get_by_role("button", name="Verbindung testen").click()
+        box.get_by_text("Broker lehnt ab: Benutzer oder Passwort falsch. Nichts gespeichert.").wait_for(timeout=30000)
+        form.locator('[name="mqtt.password"]').fill("richtig")
+        box.get_by_role("button", name="Verbindung testen").click()
+        box.get_by_text("Verbindung klappt: 127.0.0.1 nimmt an. Nichts gespeichert.").wait_for(timeout=30000)
+        assert fresh.get("/api/v1/settings")[1]["mqtt"] == before
+        page.context.close()
+    finally:
+        broker.stop()

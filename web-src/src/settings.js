@@ -231,6 +231,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     ${id === 'ap' && html`<${ApNow} />`}
     ${id === 'emulation' && html`<${EmuHelp} doc=${doc} />`}
     ${id === 'mqtt' && html`<${MqttNow} />`}
+    ${id === 'mqtt' && html`<${MqttTest} vals=${vals} reasons=${reasons} mark=${mark} />`}
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
@@ -494,6 +495,39 @@ function PairBox() {
 function MqttNow() {
   const info = useInfo();
   return info && html`<p class="small" data-test="mqtt-now" role="status">${mqttWords(sectionMap(info.mqtt))[1]}</p>`;
+}
+
+// Try the section's broker values before they are stored (POST /mqtt/test): the device connects with them, says
+// how it went and goes back to the stored settings; nothing is saved. Empty password: the stored one.
+function MqttTest({ vals, reasons, mark }) {
+  const [msg, setMsg] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const go = async () => {
+    const errs = reasons();
+    const mine = Object.fromEntries(Object.entries(errs).filter(([k]) => /^mqtt\.(host|port|user|password)$/.test(k)));
+    if (!vals['mqtt.host']) mine['mqtt.host'] = t('r_required');
+    if (mark(mine)) {
+      setMsg(['err', t('fixErrors')]);
+      return;
+    }
+    setBusy(true);
+    setMsg(['', t('mqTesting', vals['mqtt.host'])]);
+    try {
+      let r = await api('/mqtt/test', { method: 'POST', body: { host: vals['mqtt.host'], port: +vals['mqtt.port'] || 1883,
+        use_tls: !!vals['mqtt.use_tls'], user: vals['mqtt.user'] || '', password: vals['mqtt.password'] || null } });
+      for (let i = 0; r.state === 'testing' && i < 40; i++) {
+        await new Promise((ok) => setTimeout(ok, 1000));
+        r = await api('/mqtt/test');
+      }
+      setMsg(r.state === 'ok' ? ['ok', t('mqTestOk', r.host)] : ['err', mqttWords({ conn: 'FAILED', error: r.error })[1] + '. ' + t('mqNothing')]);
+    } catch (e) {
+      setMsg(['err', errText(e)]);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<div class="sub" data-test="mqtt-test"><div class="row"><button type="button" disabled=${busy} onClick=${go}>${t('joinTestOnly')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
 // Whether the access point runs now (the setting says only whether it always runs), from the shell's /system/info.
