@@ -418,6 +418,8 @@ def test_a_chart_has_a_keyboard_path_and_says_what_it_shows(browser, fresh):  # 
     page.goto(fresh.url + "/")
     chart = page.locator("[data-test=live] [data-test=chart]")
     chart.wait_for(timeout=30000)
+    page.locator("[data-test=st-meter]").wait_for()       # the device's clock is in: the chart is not drawn anew
+    page.wait_for_timeout(300)
     label = chart.get_attribute("aria-label")
     assert re.search(r"Leistung \(W\) von -?[\d.]+ bis -?[\d.]+", label) and "Pfeiltasten" in label, label
     chart.focus()
@@ -425,9 +427,12 @@ def test_a_chart_has_a_keyboard_path_and_says_what_it_shows(browser, fresh):  # 
     page.keyboard.press("End")
     said = page.locator("[data-test=live] [data-test=chart-said]")
     assert re.fullmatch(r"Zeit: \d\d:\d\d · Leistung \(W\): -?[\d.]+", said.inner_text()), said.inner_text()
-    first = said.inner_text()
+    n = int(page.locator("[data-test=live]").get_attribute("data-n"))
+    assert chart.get_attribute("data-i") == str(n - 1)         # End: the newest value
     page.keyboard.press("Home")
-    assert said.inner_text() != first or page.locator("[data-test=live]").get_attribute("data-n") == "1"
+    assert chart.get_attribute("data-i") == "0"                # Home: the oldest
+    page.keyboard.press("ArrowRight")
+    assert chart.get_attribute("data-i") == "1" and said.inner_text().startswith("Zeit: ")
     page.context.close()
 
 

@@ -61,9 +61,16 @@ export function Dashboard() {
   const meter = info ? sectionMap(info.meter) : null;
   const offset = info ? +sectionMap(info.clock).utc_offset_min * 60 || 0 : 0; // the device's UTC offset (s)
   useEffect(() => {
+    let seeded = false;
     const stopLatest = poller(async () => {
       try {
         const r = await api('/history/latest');
+        // The device's recent power, once, after the first answer: not in the burst of requests a page opens with
+        // (the device has two connection slots and sheds a third).
+        if (!seeded) {
+          seeded = true;
+          api('/history/recent').then((x) => setLive((l) => seed(l, x.points)), () => {});
+        }
         setLatest(r);
         setErr('');
         if (r && r.timestamp && r['16.7.0']) {
@@ -76,7 +83,6 @@ export function Dashboard() {
         throw e;
       }
     }, LATEST_MS);
-    api('/history/recent').then((r) => setLive((l) => seed(l, r.points)), () => {});
     // Today's import, export and balance: the totals of today's quarter hours (highRes), every 5 minutes.
     const stopToday = poller(async () => setToday(await api('/history/highRes?date=' + deviceToday())), TODAY_MS);
     // Any request that finds the device gone (the strip's info, today's totals) clears the readings at once: the
