@@ -485,3 +485,15 @@ def test_mqtt_connection_test_says_how_it_went_and_stores_nothing(browser, fresh
         page.context.close()
     finally:
         broker.stop()
+
+
+def test_the_led_line_is_in_the_pages_language(browser, fresh):  # noqa: F811
+    page = _page(browser)
+    page.goto(fresh.url + "/#/system")
+    led = page.locator("[data-test=led] p")
+    led.wait_for()
+    text = led.inner_text()
+    words = r"\b(OK|STARTUP|INFO|BLE_ACTIVE|BLE_CONNECTED|OTA_ACTIVE|ERROR|RESET_PENDING|green|yellow|blue|red|solid|" \
+            r"dimmed|pulse|pulsing)\b"
+    assert text.strip() and not re.search(words, text), text    # e.g. "Bluetooth an · blau · pulsiert" 
+    page.context.close()

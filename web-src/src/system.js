@@ -161,7 +161,7 @@ export function System() {
       ? html`<p class="msg err" role="alert" data-test="settings-damaged">${t('settingsDamaged')}</p>` : ''}
     ${info && html`<${Overview} info=${info} />`}
     ${led && html`<div class="card" data-test="led"><h2>${t('led')}</h2>
-      <p><span class="swatch" style=${'background:' + rgb}></span> ${led.status} · ${led.color} · ${led.mode}${led.enabled ? '' : ' (off)'}</p></div>`}
+      <p><span class="swatch" style=${'background:' + rgb}></span> ${[led.status, led.color, led.mode].map((w) => known('led_' + w) || w).join(' · ')}${led.enabled ? '' : ' (' + t('stOff') + ')'}</p></div>`}
     <div class="card"><h2>${t('ota')}</h2><div class="row">
       <button type="button" onClick=${otaCheck}>${t('otaCheck')}</button>
       <button type="button" onClick=${otaStart}>${t('otaStart')}</button></div>
