@@ -495,5 +495,5 @@ def test_the_led_line_is_in_the_pages_language(browser, fresh):  # noqa: F811
     text = led.inner_text()
     words = r"\b(OK|STARTUP|INFO|BLE_ACTIVE|BLE_CONNECTED|OTA_ACTIVE|ERROR|RESET_PENDING|green|yellow|blue|red|solid|" \
             r"dimmed|pulse|pulsing)\b"
-    assert text.strip() and not re.search(words, text), text    # e.g. "Bluetooth an · blau · pulsiert" 
+    assert text.strip() and not re.search(words, text), text    # e.g. "Bluetooth an · blau · pulsiert"
     page.context.close()
