@@ -232,7 +232,13 @@ AXE = os.path.join(os.path.dirname(pytest.importorskip("axe_playwright_python").
 def test_axe_finds_nothing(browser, fresh, route, theme):  # noqa: F811
     page = _page(browser)
     page.add_init_script("localStorage.setItem('mp.theme', %r)" % theme)
-    page.goto(fresh.url + "/#/" + route)
+    # Ten page loads in a row spend the page's own budget (services/api/service.py page_limiter, not raised by the
+    # test's API limit): its 429 page is waited out as it says, then loaded again.
+    for _ in range(3):
+        resp = page.goto(fresh.url + "/#/" + route)
+        if resp.status != 429:
+            break
+        page.wait_for_timeout(1000 * int(resp.headers.get("retry-after", "10")))
     page.locator("main h1").wait_for()
     page.locator("[data-test=status-strip]").wait_for()
     page.wait_for_timeout(500)
