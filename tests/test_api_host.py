@@ -20,6 +20,9 @@ ENDPOINTS = [  # (method, path, level) as in device-api.md's tables
     ("GET", "/api/v1/system/wifi_scan", None),
     ("GET", "/api/v1/system/timezones", "READ"),
     ("GET", "/api/v1/history/latest", "READ"),
+    ("GET", "/api/v1/history/recent", "READ"),
+    ("GET", "/api/v1/mqtt/test", "READ"),
+    ("POST", "/api/v1/mqtt/test", "WRITE"),
     ("GET", "/api/v1/history/highRes?date=2026-01-01", "READ"),
     ("GET", "/api/v1/history/lowRes?start=2026-01-01&days=3", "READ"),
     ("GET", "/api/v1/settings", "READ"),
@@ -301,7 +304,8 @@ def test_auth_off_needs_no_token_and_cannot_be_switched_on_without_tokens(tmp_pa
         g = post(h, "/api/v1/auth/tokens/generate").json()
         assert _settings_info(h)["tokens_set"] is False                       # pending is not set
         post(h, "/api/v1/auth/tokens/confirm", {"new_write_token": g["pending"]["token_write"]})
-        assert _settings_info(h) == {"load_errors": 0, "damaged": False, "auth_required": False, "tokens_set": True}
+        assert _settings_info(h) == {"load_errors": 0, "damaged": False, "auth_required": False, "tokens_set": True,
+                                     "factory": True}    # nothing stored yet: the page's first-run card (issue 28)
     finally:
         h.stop()
 

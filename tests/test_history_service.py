@@ -395,3 +395,21 @@ def test_a_time_zone_change_moves_the_end_of_the_open_day():
     sim.bus.publish("settings", ["timezone"])
     sim.run(22 * 3600 + 1800)                                 # past Berlin's midnight, before New York's
     assert sim.h.lr == [] and sim.h._day[8] == sim.h._day_start(sim.h._day[0] + 1)
+
+
+def test_recent_power_is_the_last_15_minutes_in_10_s_slots_with_gaps_left_out():
+    """Issue 28 point 8: the dashboard's 15-minute chart comes from the device (GET /history/recent), not only from
+    what one tab polled: 90 slots of 10 s, oldest first, a silent minute left out, older than 15 minutes gone."""
+    t0 = 1_790_000_000 - 1_790_000_000 % 900
+    s = Sim(t0)
+    assert json.loads(s.h.recent_json(None)) == {"step_s": 10, "points": []}   # no clock: nothing to say
+    s.run(600, import_w=900)
+    s.run(60, meter=False)                               # a silent minute
+    s.run(300, import_w=200, export_w=700)               # exporting 500 W
+    doc = json.loads(s.h.recent_json(s.clock.utc))
+    times = [p[0] for p in doc["points"]]
+    assert times == sorted(times) and times[-1] == s.clock.utc and times[0] >= s.clock.utc - 890
+    assert len(times) == 90 - 6                          # 15 minutes of slots minus the silent minute
+    assert all(s.clock.utc - 360 < t <= s.clock.utc - 300 for t in set(range(times[0], times[-1] + 1, 10)) - set(times))
+    assert doc["points"][-1][1] == -500 and doc["points"][0][1] == 900
+    assert json.loads(s.h.recent_json(s.clock.utc + 900)) == {"step_s": 10, "points": []}   # all older than 15 min

@@ -506,7 +506,7 @@ def test_disabled_by_default():
     r.step(polls=3)
     assert r.svc.status() == {"enabled": False, "state": "OFF", "host": "broker.lan", "port": 1883,
                               "client_id": "meterplus-" + DEV, "use_tls": False, "last_error": 0,
-                              "last_error_message": "", "reconnect_attempts": 0}
+                              "last_error_message": "", "reconnect_attempts": 0, "retry_in_s": None}
 
 
 def test_incoming_garbage_and_oversized_packets():
@@ -817,3 +817,52 @@ def test_an_old_discovery_config_too_big_to_keep_is_still_emptied_while_seeding(
     r.pool.sock.inbox += publish_packet(old, big, True)     # after the seeding: not ours to touch any more
     r.step(polls=5)
     assert r.svc.counters["old_ids_removed"] == 2 and r.svc.counters["rx_skipped"] == 4
+
+
+def test_status_says_when_the_next_attempt_is_across_the_ticks_wrap():
+    """Issue 28 point 1: the page says when the device tries again (status retry_in_s, /system/info retry_s), counted
+    wrap-safe: refused credentials wait 150 s (jitter 0) with the tick counter wrapping on the way."""
+    r = Rig(user="u", password="bad", now=TICKS_PERIOD - 60000)
+    assert r.svc.status()["retry_in_s"] is None
+    r.step(polls=2)
+    r.connack(5)
+    r.step()
+    st = r.svc.status()
+    assert st["state"] == "WAIT_RETRY" and st["retry_in_s"] == 150
+    d = r.svc.describe()
+    assert d["error"] == 1005 and d["retry_s"] == 150
+    r.step(ms=100000)  # the ticks wrapped meanwhile
+    assert r.svc.status()["retry_in_s"] == 50 and r.svc.describe()["retry_s"] == 50
+
+
+def test_a_connection_test_stores_nothing_says_how_it_went_and_gives_the_connection_back():
+    """Issue 28 point 1: "Verbindung testen" for MQTT, like WiFi's: the test runs on the one MQTT connection with the
+    given values (non-blocking, the same steps), ends with DISCONNECT (no last will), and the stored settings
+    connect again; nothing is written to the settings."""
+    r = Rig(user="u", password="stored")
+    r.connect()
+    assert r.svc.conn_state == m.CONNECTED
+    writes = r.settings.writes
+    assert r.svc.start_test("other.lan", 1884, False, "v", "wrong") is None
+    assert r.svc.test_result["state"] == "testing"
+    r.step(polls=2)                                   # the test's TCP connect, CONNECT with the test's credentials
+    test_sock = r.pool.sock
+    assert b"\x00\x01v\x00\x05wrong" in bytes(test_sock.sent)
+    r.connack(5)                                      # not authorised
+    r.step()
+    assert r.svc.test_result == {"state": "failed", "error": 1005, "host": "other.lan", "port": 1884,
+                                 "message": r.svc.test_result["message"]}
+    assert test_sock.closed
+    r.connect()                                       # the stored settings connect again, at once
+    assert r.svc.conn_state == m.CONNECTED and b"\x00\x06stored" in bytes(r.pool.sock.sent)
+    assert r.settings.get("mqtt.host") == "broker.lan" and r.settings.writes == writes
+    # A test that connects: "ok", and it leaves with DISCONNECT (0xe0), so the broker publishes no will.
+    assert r.svc.start_test("other.lan", 1884, False, "v", None) is None   # None: the stored password
+    r.step(polls=2)
+    test_sock = r.pool.sock
+    assert b"\x00\x06stored" in bytes(test_sock.sent)
+    r.connack(0)
+    r.step()
+    assert r.svc.test_result == {"state": "ok", "host": "other.lan", "port": 1884}
+    assert test_sock.closed and bytes(test_sock.sent).endswith(b"\xe0\x00")
+    assert r.svc.start_test("", 1883, False, "", None) is not None          # no host: refused, nothing started

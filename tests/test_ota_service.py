@@ -482,3 +482,12 @@ def test_the_signature_covers_the_expiry(env):
     run(e, lambda: e.svc.phase == "idle" and e.svc._req is None and e.svc.last_error)
     d = e.svc.check_result(e.now)["data"]
     assert d["error"] == "signature" and d["update_available"] is False
+
+
+@pytest.mark.parametrize("url,configured", [("", False), ("https://updates.example.invalid/meterplus/", False),
+                                            ("http://updates.example.invalid:8080/x/", False),
+                                            ("https://updates.example.org/meterplus/", True)])
+def test_check_result_says_whether_a_server_is_configured(env, url, configured):
+    """Issue 28 point 3: the page says "no update server configured" instead of "no update available"."""
+    env.svc._settings.d["ota.url"] = url
+    assert env.svc.check_result(env.now)["data"]["server_configured"] is configured

@@ -131,6 +131,23 @@ def test_an_orderly_restart_leaves_a_note_the_next_start_completes(drive):
     assert list(doc["outages"][0]) == ["down", "up", "duration_s", "reason", "detail"]
 
 
+def test_the_first_start_is_no_outage_but_a_start_with_history_is(drive):
+    """Issue 28 point 11: an empty journal and no history is the device's first start, not a power cut; the next
+    power-on start (the journal now holds the first) is one again, and so is a first journal on a device with
+    history."""
+    first = Outages(OutageJournal("o.bin"), Clock(T0), "POWER_ON", last_seen=lambda: 0)
+    first.start()
+    assert [oj.REASONS[e[3]] for e in first.journal.entries()] == ["first_start"]
+    assert json.loads(outages_json(first.journal.entries(), 64))["outages"][0]["reason"] == "first_start"
+    second = Outages(OutageJournal("o.bin"), Clock(), "POWER_ON", last_seen=lambda: 0)
+    second.start()
+    assert [oj.REASONS[e[3]] for e in second.journal.entries()] == ["power", "first_start"]
+    os.remove("o.bin")
+    had_history = Outages(OutageJournal("o.bin"), Clock(), "POWER_ON", last_seen=lambda: T0)
+    had_history.start()
+    assert oj.REASONS[had_history.journal.entries()[0][3]] == "power"
+
+
 def test_a_rolled_back_update_names_the_rollback(drive):
     ota = type("Ota", (), {"last_error": "rolled_back"})()
     mod = Outages(OutageJournal("o.bin"), Clock(), "WATCHDOG", last_seen=lambda: 0, ota=ota)
@@ -161,7 +178,8 @@ def test_power_cut_and_orderly_restart_on_the_host_runtime(tmp_path):
     h = HostProcess(tmp_path / "drive").start()
     try:
         first = h.wait_for(lambda: _closed_outages(h, 1))
-        assert first[0]["reason"] == "power" and first[0]["detail"] == "POWER_ON"
+        # A fresh drive: the first start ends no outage (issue 28 point 11), whatever the chip's reset reason.
+        assert first[0]["reason"] == "first_start" and first[0]["detail"] == "POWER_ON" and first[0]["down"] == 0
         h.kill()                                               # a power cut
         h.start()
         second = h.wait_for(lambda: _closed_outages(h, 2))

@@ -246,7 +246,7 @@ def test_udp_answers_while_on_and_fresh_stays_silent_when_stale_closes_when_off(
     assert not pool.sockets[0].closed                           # read again only when the settings change
     bus.publish("settings", ["emulation.shelly"])
     udp.poll(clock())
-    assert pool.sockets[0].closed and udp.describe()["ports"] == []
+    assert pool.sockets[0].closed and udp.describe()["ports"] == ""
 
 
 def test_a_udp_flood_is_answered_a_few_per_poll():
@@ -259,6 +259,35 @@ def test_a_udp_flood_is_answered_a_few_per_poll():
     assert len(pool.inbox) == 20                                # read at most every serve_every_ms
     udp.poll(20)
     assert len(pool.sockets[0].sent) == ShellyUdp.max_per_poll and len(pool.inbox) == 20 - ShellyUdp.max_per_poll
+
+
+def test_udp_says_since_when_a_battery_asks_and_how_often_for_the_page():
+    """Issue 28 point 10: "asking since 12:03 · 1,234 answers": the run's start and the newest answer in uptime
+    seconds (no tick wrap), a minute's pause starts a new run; the listening ports as text for /system/info."""
+    up = [1000]
+    pool = FakePool()
+    udp = ShellyUdp(pool, FakeBus(Reading(0, THREE_PHASE)), FakeSettings({"emulation.shelly": True,
+                                                                         "emulation.shellyUdpPort": 1010,
+                                                                         "emulation.shellyUdpPort2": 2220}),
+                    IDENT, uptime=lambda: up[0])
+    udp.poll(0)
+    d = udp.describe()
+    assert d["ports"] == "1010,2220" and d["since_s"] is None and d["last_s"] is None
+    ms = 0
+    for _ in range(5):                                            # a request every 2 s (of uptime)
+        pool.inbox.append((b'{"id":1,"method":"EM.GetStatus"}', ("10.0.0.2", 1)))
+        ms += 1000                                                # (the one reading stays fresh on the ticks)
+        up[0] += 2
+        udp.poll(ms)
+    up[0] += 30
+    d = udp.describe()
+    assert d["answers"] == 5 and d["since_s"] == 38 and d["last_s"] == 30
+    up[0] += 61                                                   # quiet for more than a minute, then again
+    pool.inbox.append((b'{"id":2,"method":"EM.GetStatus"}', ("10.0.0.2", 1)))
+    udp.poll(ms + 1000)
+    up[0] += 4
+    d = udp.describe()
+    assert d["since_s"] == 4 and d["last_s"] == 4 and d["answers"] == 6
 
 
 class FakeTcp:

@@ -84,8 +84,9 @@ def test_a_bad_port_shows_the_field_error_and_changes_nothing(browser, emu):  # 
     with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
         form.get_by_role("button", name="Speichern", exact=True).click()
     assert resp.value.status == 400
-    assert form.locator("#f-emulation-shellyUdpPort-err").inner_text() == resp.value.json()["fields"][
-        "emulation.shellyUdpPort"]
+    assert resp.value.json()["fields"]["emulation.shellyUdpPort"] == "must be 0 to 65535"
+    # in the page's language (issue 28 point 4)
+    assert form.locator("#f-emulation-shellyUdpPort-err").inner_text() == "ganze Zahl 0 bis 65535"
     assert _emulation(emu) == before
     assert page.errors == []
     page.context.close()

@@ -96,7 +96,7 @@ def test_an_empty_journal_says_so_and_the_real_one_lists_this_start(browser, fas
     page.reload()
     row = page.locator("[data-test=outages] tbody tr").first
     row.wait_for()
-    assert "Stromausfall" in row.inner_text()          # the host runtime's first start: POWER_ON
+    assert "Erster Start (kein Ausfall)" in row.inner_text()   # a fresh drive's first start is no power cut (issue 28)
     page.context.close()
 
 

@@ -3,6 +3,7 @@ tools.ota_manifest --archive) through the System page, piece by piece, then the 
 archive whose signature the device does not trust is refused with the device's words and changes nothing."""
 
 import os
+import time
 
 from tests.hostproc import HostProcess
 from tests.ota_server import make_release, pubkey_file
@@ -87,6 +88,35 @@ def test_an_untrusted_archive_is_refused_in_words_and_changes_nothing(browser, t
         assert page.dropped == {"0", "8192"}
         assert page.locator("[data-test=restart-wait]").count() == 0
         assert running_version(h) == "0.1.0" and not os.path.exists(os.path.join(h.state, "ota/journal"))
+        page.context.close()
+    finally:
+        h.stop()
+
+
+def test_the_upload_stays_under_the_rate_limit_and_ends_with_the_new_version_on_trial(browser, tmp_path, pub, ntp):  # noqa: F811,E501
+    """Issue 28 point 9: the page paces its pieces under the device's own limit (25 requests per 10 s, the real
+    one here), so no request is refused and no "busy" banner shows; after the restart it names the version now
+    running and that it is on trial."""
+    folder, _server = pub
+    big = '"""New in 0.2.0."""\n' + "#" * 60000
+    archive = _archive(tmp_path, folder, "0.2.0", {"services/ota/added_in_020.py": big})
+    h = _device(tmp_path, ntp)
+    try:
+        page = _page(browser)
+        refused = []
+        page.on("response", lambda r: refused.append(r.url) if r.status == 429 else None)
+        page.goto(h.url + "/#/system")
+        page.locator("[data-test=overview]").wait_for()
+        page.on("dialog", lambda d: d.accept())
+        t0 = time.monotonic()
+        page.locator("[data-test=ota-file]").set_input_files(str(archive))
+        page.locator("[data-test=restart-wait]").wait_for(timeout=180000)
+        print("upload of %d bytes: %.1f s" % (os.path.getsize(archive), time.monotonic() - t0))
+        assert refused == [] and page.locator("[data-test=busy]").count() == 0
+        result = page.locator("[data-test=ota-result]")
+        result.wait_for(timeout=120000)                                      # after the reload
+        assert result.inner_text().startswith("Aktualisiert: 0.1.0 → 0.2.0, in Erprobung"), result.inner_text()
+        assert refused == []
         page.context.close()
     finally:
         h.stop()

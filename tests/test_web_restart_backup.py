@@ -31,13 +31,19 @@ def test_restart_waits_for_the_device_and_reloads_by_itself(browser, device):  #
     page.context.close()
 
 
-def _restore(page, tmp_path, doc, expect, name="backup.json"):
-    """Upload doc as a backup file; the message once it says expect."""
+def _restore(page, tmp_path, doc, expect, name="backup.json", preview=None):
+    """Upload doc as a backup file (its preview, when one shows, checked against the lines preview gives and then
+    accepted); the message once it says expect."""
     path = tmp_path / name
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     page.reload()                                                  # a fresh page: no message of the last upload
     page.locator("[data-test=backup]").wait_for()
     page.locator("[data-test=restore-file]").set_input_files(str(path))
+    if preview is not None:
+        box = page.locator("[data-test=restore-preview]")
+        box.wait_for()
+        assert box.locator("li").all_inner_texts() == preview
+        box.get_by_role("button", name="Einspielen").click()
     msg = page.locator("[data-test=backup] .msg", has_text=expect)
     msg.wait_for()
     return msg.inner_text()
@@ -61,7 +67,19 @@ def test_backup_downloads_without_secrets_and_restores_all_but_the_network(brows
 
     assert device.post("/api/v1/settings", {"device_name": "Dachboden", "mqtt": {"port": 1884}})[0] == 200
     backup["settings"]["wifi"]["primary"]["ssid"] = "SomeoneElse"    # a file must not move the device off its WiFi
-    said = _restore(page, tmp_path, backup, "Sicherung eingespielt")
+    # Asked first, naming each setting old -> new (issue 28 point 6); "Abbrechen" sends nothing.
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(backup))
+    posts = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.reload()                                                  # the page shows the settings as they are now
+    page.locator("[data-test=backup]").wait_for()
+    page.locator("[data-test=restore-file]").set_input_files(str(path))
+    page.locator("[data-test=restore-preview]").get_by_role("button", name="Abbrechen").click()
+    page.wait_for_timeout(300)
+    assert posts == [] and device.get("/api/v1/settings")[1]["device_name"] == "Dachboden"
+    said = _restore(page, tmp_path, backup, "Sicherung eingespielt",
+                    preview=["Gerätename: Dachboden → Keller", "Broker: other.lan → broker.lan"])
     assert "2 Einstellungen" in said
     doc = device.get("/api/v1/settings")[1]
     assert doc["device_name"] == "Keller" and doc["mqtt"]["host"] == "broker.lan" and doc["mqtt"]["port"] == 1883
@@ -78,7 +96,8 @@ def test_a_file_that_is_no_backup_or_holds_a_bad_value_changes_nothing(browser, 
     _restore(page, tmp_path, "{not json", "keine Meter-Plus-Sicherung", "broken.json")
     _restore(page, tmp_path, {"device_name": "x"}, "keine Meter-Plus-Sicherung", "plain.json")
     bad = {"meterplus_backup": 1, "settings": {"device_name": "Garage", "mqtt": {"port": 70000}}}
-    said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json")
+    said = _restore(page, tmp_path, bad, "abgelehnt", "bad.json",
+                    preview=["Gerätename: %s → Garage" % before["device_name"], "Port: 1883 → 70000"])
     assert "Port" in said                                          # the field is named in words
     assert device.get("/api/v1/settings")[1] == before             # all or nothing: the name was not taken either
     page.context.close()

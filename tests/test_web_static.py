@@ -159,15 +159,16 @@ def test_committed_build_is_within_budget_and_its_etag_matches():
         for ns in (b"http://www.w3.org/2000/svg", b"http://www.w3.org/1998/Math/MathML", b"http://www.w3.org/1999/xhtml"):
             page = page.replace(ns, b"")
         assert b"http://" not in page and b"https://" not in page and b"//" + b"cdn" not in page
-    assert total <= 60 * 1024
+    assert total <= 66 * 1024
 
 
 def test_the_built_interface_keeps_its_budget():
-    """Issue 20's budget: the whole interface (one gzipped file, the only request for the page) is at most 60 KB
-    (61,440 bytes, as web-src/build.mjs and bench_web count it), and web/files.tsv names this file's ETag."""
+    """The budget (issue 20, raised in issue 28 with first-paint figures, docs/web.md): the whole interface (one
+    gzipped file, the only request for the page) is at most 66 KB (67,584 bytes, as web-src/build.mjs and bench_web
+    count it), and web/files.tsv names this file's ETag."""
     path = os.path.join(ROOT, "web", "index.html.gz")
     data = open(path, "rb").read()
-    assert len(data) <= 60 * 1024, len(data)
+    assert len(data) <= 66 * 1024, len(data)
     assert gzip.decompress(data).startswith(b"<!doctype html>")
     with open(os.path.join(ROOT, "web", "files.tsv"), encoding="utf-8") as f:
         assert hashlib.sha256(data).hexdigest()[:16] in f.read()

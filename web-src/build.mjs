@@ -6,12 +6,29 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 
-const BUDGET = 60 * 1024; // the whole interface, gzipped (issue 10)
+const BUDGET = 66 * 1024; // the page, gzipped (issue 10; raised in issue 28 to 64 KB, then 66 KB with the token recovery, the restore endpoint and the money row, each with first-paint figures: docs/web.md)
 const OUT = '../web';
+
+// uPlot's helpers this page never calls (the spline path, join of data sets) are attached to uPlot as statics, which
+// keeps them in the bundle: dropped here so the bundler leaves them out (issue 28: room in the size budget).
+const UNUSED_UPLOT = ['\tuPlot.join = join;\n', '\t(paths.spline  = monotoneCubic);\n'];
+const trimUplot = {
+  name: 'trim-uplot',
+  setup(b) {
+    b.onLoad({ filter: /uPlot\.esm\.js$/ }, ({ path }) => {
+      let text = readFileSync(path, 'utf8');
+      for (const line of UNUSED_UPLOT) {
+        if (!text.includes(line)) throw new Error('uPlot changed: ' + JSON.stringify(line) + ' not found');
+        text = text.replace(line, '');
+      }
+      return { contents: text, loader: 'js' };
+    });
+  },
+};
 
 const js = await build({
   entryPoints: ['src/main.js'], bundle: true, minify: true, format: 'iife', target: ['es2020'], write: false,
-  legalComments: 'none', logLevel: 'warning',
+  legalComments: 'none', logLevel: 'warning', plugins: [trimUplot],
 });
 const css = await build({
   stdin: { contents: '@import "uplot/dist/uPlot.min.css";\n@import "./src/style.css";', resolveDir: '.', loader: 'css' },

@@ -82,6 +82,8 @@ class ShellyUdp(Module):
         self._socks = {}          # port -> socket
         self._failed_at = None
         self.last_answer_ms = None
+        self._since_up = None   # uptime (s) when the current run of requests began: the page's "asking since"
+        self._last_up = None    # uptime (s) of the newest answer (uptime counts seconds without a tick wrap)
         self._served_at = None
         self._own = own
         self._bad = []            # the device's own addresses and broadcasts (ints), read every own_every_ms
@@ -229,6 +231,7 @@ class ShellyUdp(Module):
                 sock.sendto(answer, addr)
                 self.count("answers")
                 self.last_answer_ms = now_ms
+                self._note_answer()
             except OSError:
                 self.count("send_errors")
 
@@ -273,9 +276,24 @@ class ShellyUdp(Module):
         """Stop receiving settings changes: the listener is let go (services/emulation/loader.py)."""
         self._bus.unsubscribe("settings", self._changes)
 
+    quiet_s = 60  # a pause this long ends a run of requests: the next answer starts a new one
+
+    def _note_answer(self):
+        if self._uptime is None:
+            return
+        up = self._uptime()
+        if self._last_up is None or up - self._last_up > self.quiet_s:
+            self._since_up = up
+        self._last_up = up
+
     def describe(self):
         d = Module.describe(self)
-        d["ports"] = sorted(self._socks)
+        d["ports"] = ",".join(str(p) for p in sorted(self._socks))   # a string: /system/info sections skip lists
+        # For the page's words ("asking since 12:03 · 1,234 answers"): seconds since the run of requests began and
+        # since the newest answer, None before the first answer.
+        up = self._uptime() if self._uptime is not None else None
+        d["since_s"] = up - self._since_up if up is not None and self._since_up is not None else None
+        d["last_s"] = up - self._last_up if up is not None and self._last_up is not None else None
         return d
 
 

@@ -1,4 +1,4 @@
-"""REST routes of the history: /api/v1/history/latest, /highRes?date=, /lowRes?start=&days= (streamed JSON)."""
+"""REST routes of the history: /api/v1/history/latest, /recent, /highRes?date=, /lowRes?start=&days= (streamed JSON)."""
 
 import json
 
@@ -120,8 +120,16 @@ def routes(app):
             return _bad(request, str(exc))
         return ChunkedResponse(request, app.history.low_res(first, days), content_type=_JSON)
 
+    def recent(request):
+        if app.history is None:
+            return _unavailable(request, "history not running")
+        clock = app.clock
+        utc = clock.time() if clock is not None and clock.synced else None
+        return Response(request, app.history.recent_json(utc), content_type=_JSON)
+
     return [
         Route("/api/v1/history/latest", GET, latest),
+        Route("/api/v1/history/recent", GET, recent),
         Route("/api/v1/history/highRes", GET, high_res),
         Route("/api/v1/history/lowRes", GET, low_res),
     ]

@@ -1,5 +1,7 @@
 """History service: quarter-hour and daily records from readings, held in RAM and flushed to the flash in batches."""
 
+from array import array
+
 from adafruit_ticks import ticks_add, ticks_diff
 from micropython import const
 
@@ -10,6 +12,8 @@ from services.history import store as hs
 
 _Q = const(900)       # a quarter hour in s; zone offsets are whole quarter hours, so UTC quarters are local ones
 _DAY = const(86400)
+_STEP = const(10)     # the recent power ring (the dashboard's 15-minute chart): one slot per 10 s ...
+_SLOTS = const(90)    # ... for the last 15 minutes (720 bytes)
 
 
 def _dwh(v):
@@ -52,6 +56,8 @@ class History(Module):
         self.flush_ms = self.DEFAULT_FLUSH_MIN * 60000
         self._flush_at = None
         self._now = 0
+        self._rw = array("l", [0] * _SLOTS)    # watts of the newest reading in each 10 s slot
+        self._rs = array("l", [-1] * _SLOTS)   # that slot's number (utc // 10); another number: an empty slot
         for k in ("readings", "quarters", "days", "flushes", "flush_errors", "unsynced", "no_import", "rebased",
                   "clock_behind", "dropped"):
             self.counters[k] = 0
@@ -290,6 +296,7 @@ class History(Module):
                 self.count("unsynced")  # no history with an invented date
             else:
                 self._take(r, utc)
+                self._keep_recent(r, utc)
             r = self._readings.pop()
         if self._flush_at is None:
             self._flush_at = ticks_add(now_ms, self.flush_ms)
@@ -386,6 +393,26 @@ class History(Module):
                 elif first_day <= r[2] < end_day and r[2] > last:
                     last = r[2]
                     yield r
+
+    def _keep_recent(self, reading, utc):
+        p = reading.values.get("16.7.0")
+        if p is not None:
+            slot = utc // _STEP
+            i = slot % _SLOTS
+            self._rw[i] = rescale(p[0], p[1], 0)[0]
+            self._rs[i] = slot
+
+    def recent_json(self, utc):
+        """GET /history/recent: the last 15 minutes of power up to utc, one point per 10 s slot that had a reading,
+        oldest first: {"step_s":10,"points":[[utc,W],...]} (a slot without a reading is left out: a gap)."""
+        parts = []
+        if utc is not None:
+            last = utc // _STEP
+            for slot in range(last - _SLOTS + 1, last + 1):
+                i = slot % _SLOTS
+                if self._rs[i] == slot:
+                    parts.append("[%d,%d]" % (slot * _STEP, self._rw[i]))
+        return '{"step_s":%d,"points":[%s]}' % (_STEP, ",".join(parts))
 
     def describe(self):
         d = Module.describe(self)

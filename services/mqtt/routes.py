@@ -1,10 +1,12 @@
-"""MQTT routes: GET /api/v1/mqtt/status and GET/POST/DELETE /api/v1/mqtt/ca (token levels are the server's job)."""
+"""MQTT routes: GET /api/v1/mqtt/status, POST/GET /api/v1/mqtt/test, GET/POST/DELETE /api/v1/mqtt/ca (token levels are
+the server's job)."""
 
 import json
 
 from adafruit_httpserver import DELETE, GET, POST, JSONResponse, Route
 
-from services.api.answers import error_response
+from core.settings import check
+from services.api.answers import ApiError, error_response, read_json
 from services.mqtt.ca_store import MAX_BYTES, CertError, TooLarge
 
 
@@ -56,7 +58,36 @@ def routes(app):
         return JSONResponse(request, {"success": True, "message": "CA certificate deleted; MQTT over TLS uses the "
                                       "built-in bundle", "bundle_size": ca.status()["bundle_size"]})
 
+    def test_start(request):
+        """Try a broker with the body's values, storing nothing: 202, then GET /mqtt/test says how it went."""
+        doc = read_json(request)
+        values = {}
+        fields = {}
+        for key, default in (("host", None), ("port", 1883), ("use_tls", False), ("user", ""), ("password", None)):
+            value = doc.get(key, default)
+            if value is None and key == "password":
+                values[key] = None      # the stored password
+                continue
+            norm, err = check("mqtt." + key, value, lambda z: True)
+            if err is None and key == "host" and not norm:
+                err = "must not be empty"
+            if err is not None:
+                fields[key] = err
+            values[key] = norm
+        if fields:
+            raise ApiError(400, "Invalid MQTT test values", fields=fields)
+        why = app.mqtt.start_test(values["host"], values["port"], values["use_tls"], values["user"],
+                                  values["password"])
+        if why is not None:
+            raise ApiError(400, "Cannot test: %s" % why)
+        return JSONResponse(request, app.mqtt.test_result, status=(202, "Accepted"))
+
+    def test_state(request):
+        return JSONResponse(request, app.mqtt.test_result or {"state": "idle"})
+
     return [
+        Route("/api/v1/mqtt/test", POST, test_start),
+        Route("/api/v1/mqtt/test", GET, test_state),
         Route("/api/v1/mqtt/status", GET, mqtt_status),
         Route("/api/v1/mqtt/ca", GET, ca_status),
         Route("/api/v1/mqtt/ca", POST, ca_upload),

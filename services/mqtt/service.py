@@ -188,8 +188,66 @@ class MqttService(Module):
         if self._log is not None:
             self._log.log(level, msg, *args)
 
+    # ---------------------------------------------------------------- connection test (POST /mqtt/test)
+
+    _testing = False
+    _test_done = None    # the outcome, handed over at the end of the poll that found it
+    test_result = None   # None (never), {"state": "testing"}, {"state": "ok"} or {"state": "failed", ...}
+
+    def start_test(self, host, port, use_tls, user, password):
+        """Try a broker without storing anything (the settings page's "Verbindung testen"): the one MQTT connection
+        is handed to the test (the same socket, the same non-blocking steps), then given back to the stored
+        settings. password None: the stored one. Returns the problem (str) or None when the test started."""
+        cfg = _Config(self._settings, self.device_id)
+        cfg.enable = True
+        cfg.host = host
+        cfg.port = port
+        cfg.use_tls = use_tls
+        cfg.user = user
+        if password is not None:
+            cfg.password = password
+        why = cfg.problem()
+        if why is not None:
+            return why
+        self._disconnect(graceful=True)
+        try:
+            self._mq = self._make_client(cfg)
+        except ValueError as exc:
+            self._configure(self._now)
+            return str(exc)
+        self._cfg = cfg
+        self._ssl_ctx = None
+        self._ssl_pem = None
+        self._addr_cache = None
+        self._testing = True
+        self.test_result = {"state": "testing", "host": host, "port": port}
+        self.conn_state = INIT
+        self.count("tests")
+        return None
+
+    def _end_test(self, now, result):
+        """The test's outcome is in: leave the test broker (DISCONNECT: its last will is not published) and go back
+        to the stored settings."""
+        mq = self._mq
+        if mq is not None:
+            if self.conn_state == CONNECTED:
+                try:
+                    mq.disconnect()   # nothing was published on the test connection, and no will is sent now
+                except Exception:
+                    pass
+            mq.close()
+        self._mq = None
+        self._reset_session()
+        self.conn_state = INIT
+        self.test_result = result
+        self._testing = False
+        self._configure(now)
+
     def _configure(self, now):
         """Read the settings and start over: disabled -> OFF, unusable -> FAILED, else INIT (connect now)."""
+        if self._testing:   # the settings changed under a test: it ends unfinished
+            self._testing = False
+            self.test_result = {"state": "failed", "error": 0, "message": "settings changed during the test"}
         self._disconnect(graceful=True)
         cfg = _Config(self._settings, self.device_id)
         self._cfg = cfg
@@ -258,6 +316,10 @@ class MqttService(Module):
             self._fail(now_ms, exc.code, exc.message)
         except MemoryError:
             self._fail(now_ms, ERR_MEMORY, "out of memory")
+        if self._test_done is not None:
+            result = self._test_done
+            self._test_done = None
+            self._end_test(now_ms, result)
 
     def _connecting_poll(self, now):
         if self._tcp_phase:
@@ -494,6 +556,10 @@ class MqttService(Module):
     def _on_connect(self, client, user_data, flags, rc):
         now = self._now
         cfg = self._cfg
+        if self._testing:
+            self.conn_state = CONNECTED   # so the goodbye is a DISCONNECT; ended after this poll's read
+            self._test_done = {"state": "ok", "host": cfg.host, "port": cfg.port}
+            return
         self.conn_state = CONNECTED
         self.state = OK
         self._connected_at = now
@@ -586,6 +652,13 @@ class MqttService(Module):
 
     def _fail(self, now, code, msg):
         """Drop the connection and schedule a retry with exponential backoff and jitter."""
+        if self._testing:
+            if self._mq is not None:
+                self._mq.close()
+            self.conn_state = INIT
+            self._test_done = {"state": "failed", "error": code, "message": msg, "host": self._cfg.host,
+                               "port": self._cfg.port}
+            return
         if self._mq is not None:
             self._mq.close()
         if self.conn_state != CONNECTED:
@@ -658,12 +731,22 @@ class MqttService(Module):
             "last_error": self.last_error,
             "last_error_message": self.last_error_message,
             "reconnect_attempts": self.attempts,
+            "retry_in_s": self.retry_in_s(),
         }
+
+    def retry_in_s(self):
+        """Whole seconds until the next connection attempt while waiting to retry (wrap-safe), else None."""
+        if self.conn_state != WAIT_RETRY:
+            return None
+        return max(0, (ticks_diff(self._retry_at, self._now) + 999) // 1000)
 
     def describe(self):
         d = Module.describe(self)
         d["conn"] = self.conn_state
         d["attempts"] = self.attempts
+        # For the page's words: why the last attempt failed (last_error's code) and when the next one is.
+        d["error"] = self.last_error
+        d["retry_s"] = self.retry_in_s()
         d["energy_suppressed"] = self.floor.suppressed
         d["minimqtt"] = mc.VERSION
         return d

@@ -260,6 +260,11 @@ class OtaService(Module):
     def _url(self):
         return self._settings.get("ota.url", "") or ""
 
+    def server_configured(self):
+        """Whether ota.url names a real update server (not empty, not the shipped .invalid placeholder)."""
+        parts = self._url().split("/")
+        return len(parts) > 2 and not parts[2].split(":")[0].endswith(".invalid")
+
     # ------------------------------------------------------------------ the API's view
 
     def check_result(self, now=None):
@@ -293,6 +298,7 @@ class OtaService(Module):
             "error": self.last_error,
             "progress": {"bytes": self.progress[0], "total": self.progress[1]},
             "auto_ota": bool(self._settings.get("autoOta", True)),
+            "server_configured": self.server_configured(),
             "rolled_back": list(self.bad),
         }
         return {"ok": True, "data": data}

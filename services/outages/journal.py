@@ -16,7 +16,7 @@ _SEED = const(0x4F55)         # "OU": a record of another file never passes
 
 F_PENDING = const(1)          # written before an orderly restart: the next start completes it
 REASONS = ("unknown", "power", "brownout", "watchdog", "crash", "ota", "rollback", "restart", "button",
-           "reset_pin", "software")
+           "reset_pin", "software", "first_start")
 
 
 def reason_code(name):

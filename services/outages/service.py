@@ -94,6 +94,10 @@ class Outages(Module):
             if newest is not None and newest[2] > down:
                 down = newest[2]          # up at least since its last start
             reason = reason_of_reset(self.reset_reason)
+            if newest is None and not seen:
+                # No journal and no history: the device's first start ever (or after both were wiped) ends no
+                # outage, whatever reset reason the chip reports.
+                reason = "first_start"
             detail = self.reset_reason[:12]
             replace = False
         if self._ota is not None and getattr(self._ota, "last_error", "") == "rolled_back":

@@ -147,6 +147,8 @@ def routes(app):
                      _entry("device_name", app.settings.get("device_name", ""))]),
             ("settings", [_entry("load_errors", app.settings.load_errors), _entry("damaged", app.settings.damaged),
                           _entry("auth_required", bool(app.settings.get("api_auth_required", False))),
+                          # no settings document stored yet: the factory state (the page's first-run card)
+                          _entry("factory", not app.settings.exists()),
                           # a confirmed token pair exists: only then can authentication be switched on
                           _entry("tokens_set", getattr(app, "auth", None) is not None and app.auth.configured())]),
             # Features that are not running and why (e.g. out of memory at start); empty when all run.

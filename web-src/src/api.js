@@ -132,12 +132,21 @@ export function poller(fn, ms) {
   const onVisible = () => {
     if (!document.hidden && !timer && !stopped) tick();
   };
+  // A new token (signed in after a refusal): ask now, not at the next turn (the strip's 20 s, today's 5 min).
+  const onToken = () => {
+    if (timer && !stopped) {
+      clearTimeout(timer);
+      tick();
+    }
+  };
   document.addEventListener('visibilitychange', onVisible);
+  bus.addEventListener('token', onToken);
   tick();
   return () => {
     stopped = true;
     clearTimeout(timer);
     document.removeEventListener('visibilitychange', onVisible);
+    bus.removeEventListener('token', onToken);
   };
 }
 

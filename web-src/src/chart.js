@@ -11,6 +11,10 @@ export function Chart({ opts, data, label, zoom = true }) {
   const plot = useRef(null);
   const full = useRef(null);
   const [zoomed, setZoomed] = useState(false);
+  const [said, setSaid] = useState(''); // the value the keyboard is on, read out (aria-live)
+  const [sum, setSum] = useState(''); // the text alternative: what the chart shows, in a sentence
+  const at = useRef(-1);
+  const [idx, setIdx] = useState(-1); // the same, for the page (data-i)
   useEffect(() => {
     const el = box.current;
     const width = () => Math.max(200, el.clientWidth);
@@ -24,6 +28,8 @@ export function Chart({ opts, data, label, zoom = true }) {
     const p = new uPlot({ ...opts, width: width(), height: opts.height || 220, hooks: { setScale: [onScale] } }, data, el);
     plot.current = p;
     setZoomed(false);
+    at.current = -1;
+    setIdx(-1);
     const ro = new ResizeObserver(() => p.setSize({ width: width(), height: opts.height || 220 }));
     ro.observe(el);
     return () => {
@@ -39,9 +45,35 @@ export function Chart({ opts, data, label, zoom = true }) {
       plot.current.setData(data, !zoomed);
     }
   }, [data]);
+  // A sentence for screen readers: each series' lowest and highest value as the chart's own labels write them.
+  useEffect(() => {
+    const p = plot.current;
+    if (!p) return;
+    const parts = [];
+    p.series.forEach((s, k) => {
+      const vals = k ? p.data[k].filter((v) => v !== null && v !== undefined) : [];
+      if (vals.length) parts.push(t('chartRange', s.label, s.value(p, Math.min(...vals), k, 0), s.value(p, Math.max(...vals), k, 0)));
+    });
+    setSum(parts.join('; '));
+  }, [data, opts]);
   const reset = () => plot.current.setScale('x', { min: full.current[0], max: full.current[1] });
+  // The keyboard path: arrows, Home and End move the cursor from value to value and say each one.
+  const keys = (e) => {
+    const p = plot.current;
+    const n = p ? p.data[0].length : 0;
+    const step = { ArrowRight: 1, ArrowLeft: -1, Home: -n, End: n }[e.key];
+    if (!n || !step) return;
+    e.preventDefault();
+    const from = at.current < 0 ? (step > 0 ? -1 : n) : at.current; // the first arrow goes to either end
+    const i = Math.max(0, Math.min(n - 1, from + step));
+    at.current = i;
+    setIdx(i);
+    p.setCursor({ left: p.valToPos(p.data[0][i], 'x'), top: 1 });
+    setSaid(p.series.map((s, k) => s.label + ': ' + s.value(p, p.data[k][i], k, i)).join(' · '));
+  };
   // The hint and the button sit outside the figure: role=img hides what is inside it from assistive technology.
-  return html`<figure class="chart" role="img" aria-label=${label}><div ref=${box}></div></figure>
+  return html`<figure class="chart" role="img" tabindex="0" aria-label=${label + '. ' + sum + '. ' + t('chartKeys')} onKeyDown=${keys} data-test="chart" data-i=${idx}><div ref=${box}></div></figure>
+    <p class="visually-hidden" aria-live="polite" data-test="chart-said">${said}</p>
     ${zoom && html`<p class="small zoom">${zoomed ? html`<button type="button" class="link" data-test="zoom-reset" onClick=${reset}>${t('zoomReset')}</button>` : t('zoomHint')}</p>`}`;
 }
 

@@ -2,13 +2,13 @@
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, bus, poller } from './api.js';
 import { Chart, steps } from './chart.js';
-import { num, t } from './i18n.js';
+import { num, obisName, t } from './i18n.js';
 import { Msg, Table, deviceToday, deviceUtc, errText, html, sectionMap, useInfo } from './ui.js';
 
 export const LATEST_MS = 4000;
 export const INFO_MS = 20000;
 export const TODAY_MS = 300000; // today's energies: the day's quarter hours change every 15 min
-const LIVE_S = 900; // the live chart: the last 15 minutes of what the page polled anyway (no request of its own)
+const LIVE_S = 900; // the live chart: the last 15 minutes, from the device's own recent power, then what the page polls
 
 // The last minutes of power from the readings the dashboard polled: [times, watts]; a 204 or an unreachable device
 // adds a gap (null), never a repeated value. Times are the readings' own; labels in the device's local time.
@@ -19,6 +19,23 @@ function addLive(live, at, watts) {
   return [[...live[0].slice(from), at], [...live[1].slice(from), watts]];
 }
 
+// The device's recent power (GET /history/recent, 10 s slots, a slot without a reading left out) under what this tab
+// polled since: a missing slot becomes a gap (null), never a line across it.
+function seed(live, points) {
+  const xs = [];
+  const ys = [];
+  for (const [x, y] of points) {
+    if (xs.length && x - xs[xs.length - 1] > 20) {
+      xs.push(xs[xs.length - 1] + 10);
+      ys.push(null);
+    }
+    xs.push(x);
+    ys.push(y);
+  }
+  const from = live[0].findIndex((x) => x > (xs[xs.length - 1] || 0));
+  return from < 0 ? [xs, ys] : [[...xs, ...live[0].slice(from)], [...ys, ...live[1].slice(from)]];
+}
+
 function LiveChart({ live, offset }) {
   const opts = useMemo(() => {
     const hm = (v) => new Date((v + offset) * 1000).toISOString().slice(11, 16);
@@ -26,11 +43,11 @@ function LiveChart({ live, offset }) {
       height: 150,
       scales: { x: { time: false } },
       axes: [{ values: (u, vals) => vals.map(hm), space: 60 }, { size: 56 }],
-      series: [{ value: (u, v) => (v === null ? '–' : hm(v)) },
+      series: [{ label: t('time'), value: (u, v) => (v === null ? '–' : hm(v)) },
         { label: t('powerW'), stroke: '#2563eb', width: 2, paths: steps, value: (u, v) => (v === null ? '–' : num(v, 0)) }],
     };
   }, [offset]);
-  return html`<div class="card" data-test="live" data-last=${JSON.stringify(live[1].slice(-5))}><h2>${t('livePower')}</h2>
+  return html`<div class="card" data-test="live" data-n=${live[0].length} data-last=${JSON.stringify(live[1].slice(-5))}><h2>${t('livePower')}</h2>
     <${Chart} opts=${opts} data=${live} label=${t('livePower')} /></div>`;
 }
 
@@ -44,9 +61,16 @@ export function Dashboard() {
   const meter = info ? sectionMap(info.meter) : null;
   const offset = info ? +sectionMap(info.clock).utc_offset_min * 60 || 0 : 0; // the device's UTC offset (s)
   useEffect(() => {
+    let seeded = false;
     const stopLatest = poller(async () => {
       try {
         const r = await api('/history/latest');
+        // The device's recent power, once, after the first answer: not in the burst of requests a page opens with
+        // (the device has two connection slots and sheds a third).
+        if (!seeded) {
+          seeded = true;
+          api('/history/recent').then((x) => setLive((l) => seed(l, x.points)), () => {});
+        }
         setLatest(r);
         setErr('');
         if (r && r.timestamp && r['16.7.0']) {
@@ -80,7 +104,7 @@ export function Dashboard() {
   const others = latest
     ? Object.keys(latest)
         .filter((k) => /^\d+\.\d+\.\d+$/.test(k) && !['16.7.0', '1.8.0', '2.8.0'].includes(k))
-        .map((k) => [latest[k].name, num(latest[k].value, latest[k].unit === 'W' ? 0 : 2) + ' ' + latest[k].unit])
+        .map((k) => [obisName(k, latest[k].name), num(latest[k].value, latest[k].unit === 'W' ? 0 : 2) + ' ' + latest[k].unit])
     : [];
   return html`<section aria-labelledby="h-dash">
     <h1 id="h-dash">${t('dashboard')}</h1>
@@ -97,7 +121,7 @@ export function Dashboard() {
       <div class="card" data-test="export"><h2>${t('exportTotal')}</h2><p class="big">${total('2.8.0')}</p></div>
       ${today && html`<div class="card" data-test="today"><h2>${t('today')}</h2>
         <p class="big" data-test="balance">${(today.import_total_kWh - today.export_total_kWh >= 0 ? '' : '−') + num(Math.abs(today.import_total_kWh - today.export_total_kWh), 3)} kWh</p>
-        <p class="dir">${today.import_total_kWh - today.export_total_kWh >= 0 ? t('balanceImport') : t('balanceExport')}</p>
+        <p class="dir">${today.import_total_kWh === today.export_total_kWh ? t('balanceEven') : today.import_total_kWh > today.export_total_kWh ? t('balanceImport') : t('balanceExport')}</p>
         <p class="small"><span data-test="today-import">${t('importing')}: ${num(today.import_total_kWh, 3)} kWh</span> ·
           <span data-test="today-export">${t('exporting')}: ${num(today.export_total_kWh, 3)} kWh</span></p></div>`}
     </div>

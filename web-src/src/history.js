@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, csvField, download } from './api.js';
 import { Chart, bars, noPoints, steps } from './chart.js';
 import { getLang, num, t } from './i18n.js';
-import { Msg, addDays, cssVar, deviceToday, errText, html } from './ui.js';
+import { Msg, addDays, cssVar, deviceToday, errText, html, span } from './ui.js';
 
 // Labels come from the device's own local time strings (item.date), so a DST day's 92 or 100 quarter hours and the
 // repeated autumn hour are labelled as the device counted them; the browser's zone plays no part.
@@ -109,16 +109,6 @@ function DayCharts({ items }) {
       data-spread=${JSON.stringify(d.spreadImp)} data-import=${JSON.stringify(d.imp)}>
       <p><strong>${t('gapsTitle', d.gaps.length)}</strong> ${t('gapsNote')}</p>
       <ul>${d.gaps.map((g) => html`<li>${g.from}–${g.to}: ${t('gapWithout', span(g.seconds))}</li>`)}</ul></div>` : ''}`;
-}
-
-// A duration in words: 45 s, 12 min, 1 h 28 min, 3 d 4 h (in the interface's language).
-export function span(seconds) {
-  if (seconds === null || seconds === undefined) return t('unknown');
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return t('spanS', s);
-  if (s < 3600) return t('spanM', Math.floor(s / 60));
-  if (s < 86400) return t('spanHM', Math.floor(s / 3600), Math.floor((s % 3600) / 60));
-  return t('spanDH', Math.floor(s / 86400), Math.floor((s % 86400) / 3600));
 }
 
 function RangeChart({ items }) {

@@ -11,7 +11,7 @@ import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
 import { Money, MoneyRow, noteDoc } from './moneyhook.js'; // issue 29: the money view lives in web/money.js
-import { applyTheme, getTheme, html, noteInfo, sectionMap } from './ui.js';
+import { applyTheme, getTheme, getPath, html, mqttWords, noteInfo, sectionMap } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, money: Money, settings: Settings, security: Security, system: System };
 const pageOf = () => {
@@ -67,9 +67,10 @@ function TokenPrompt({ ask, onDone }) {
   };
   const why = ask.wrong ? (ask.status === 403 ? t('tokenReadOnly') : t('tokenWrong')) : ask.status === 403 ? t('tokenWrite') : t('tokenAsk');
   return html`<div class="overlay" onKeyDown=${keys}>
-    <form class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" aria-describedby="tok-why" onSubmit=${submit}>
+    <div class="dialog card" role="dialog" aria-modal="true" aria-labelledby="tok-h" aria-describedby="tok-why"><form onSubmit=${submit}>
       <h2 id="tok-h">${t('tokenTitle')}</h2>
       <p id="tok-why" class=${ask.wrong ? 'ferr' : ''} role=${ask.wrong ? 'alert' : undefined} data-test="tok-why">${why}</p>
+      <p class="small" data-test="tok-recover">${t('recover')}</p>
       <label for="tok-in">${ask.status === 403 ? t('writeToken') : t('tokenTitle')}</label>
       <input id="tok-in" ref=${input} type="password" autocomplete="off" value=${value} onInput=${(e) => setValue(e.target.value)} required />
       <label class="file">${t('tokenFile')} <input type="file" accept=".txt,text/plain" data-test="tok-file" onChange=${load} /></label>
@@ -78,7 +79,7 @@ function TokenPrompt({ ask, onDone }) {
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
       <details data-test="tok-lost"><summary>${t('tokenLost')}</summary><p>${t('tokenLostHelp')}</p>
         <${Rotation} name="Meter Plus" prompt=${false} onConfirmed=${() => onDone(true)} /></details>
-    </form></div>`;
+    </form></div></div>`;
 }
 
 // Light, dark or as the system says; kept in this browser (the device serves many browsers).
@@ -122,12 +123,10 @@ function StatusStrip({ info }) {
     : ['ok', t('stMeterLive', age)];
   const w = wifi.connected ? ['ok', [wifi.ssid, wifi.signal_strength + ' dBm', wifi.ip_address].filter(Boolean).join(' · ')]
     : ap.active ? ['warn', t('stAp', ap.ssid, ap.ip)] : ['err', t('stNoWifi')];
-  const conn = mqtt.conn;
-  const q = conn === undefined || conn === 'OFF' ? ['off', t('stOff')] : conn === 'CONNECTED' ? ['ok', t('stConnected')]
-    : ['warn', ['CONNECTING', 'INIT', 'FAILED'].includes(conn) ? t('stMqtt_' + conn) : conn];
+  const q = mqttWords(mqtt);
   const mb = modbus.enabled ? ['ok', t('stModbusOn', modbus.clients || 0)] : ['off', t('stOff')];
   const c = clock.synced ? ['ok', t('stClockOk')] : ['warn', t('stClockNot')];
-  return html`<ul class="strip" aria-label=${t('status')} data-test="status-strip">
+  return html`<ul class="strip" data-test="status-strip">
     <${Chip} kind=${m[0]} name=${t('stMeter')} test="st-meter">${m[1]}<//>
     <${Chip} kind=${w[0]} name=${wifi.connected ? t('stWifi') : ap.active ? t('stApName') : t('stWifi')} test="st-wifi">${w[1]}<//>
     <${Chip} kind=${q[0]} name="MQTT" test="st-mqtt">${q[1]}<//>
@@ -135,6 +134,28 @@ function StatusStrip({ info }) {
     <${Chip} kind=${c[0]} name=${t('stClock')} test="st-clock">${c[1]}<//>
     ${ota.update_available && html`<${Chip} kind="warn" name=${t('stUpdate')} test="st-update"><a href="#/system">${t('stUpdateAvail', ota.available_version)}</a><//>`}
   </ul>`;
+}
+
+// The first-run path while the device is new: WiFi, time zone, a password for the access point, tokens; each step
+// links to its place and says when it is done. Shown in the factory state (no settings stored yet) and after it
+// until every step is done or the owner hides it in this browser.
+function Setup({ doc, info }) {
+  const [hidden, setHidden] = useState(localStorage.getItem('mp.setup') === 'hide');
+  const s = sectionMap(info.settings);
+  const steps = [
+    ['setupWifi', '#/settings/wifiPrimary', !!(getPath(doc, 'wifi.primary.ssid') || getPath(doc, 'wifi.secondary.ssid'))],
+    ['setupZone', '#/settings/general', !s.factory],
+    ['setupAp', '#/settings/ap', !!(getPath(doc, 'accessPoint.password_enable') && getPath(doc, 'accessPoint.password_set'))],
+    ['setupTokens', '#/security', !!s.tokens_set],
+  ];
+  if (!s.factory && (hidden || steps.every((x) => x[2]))) return null;
+  const hide = () => {
+    localStorage.setItem('mp.setup', 'hide');
+    setHidden(true);
+  };
+  return html`<section class="card" aria-labelledby="h-setup" data-test="setup"><h2 id="h-setup">${t('setupTitle')}</h2>
+    <p>${t('setupHelp')}</p><ol>${steps.map(([k, href, done]) => html`<li data-done=${done}><a href=${href}>${t(k, doc.timezone)}</a>${done ? ' ✓ ' + t('setupDone') : ''}</li>`)}</ol>
+    ${!s.factory && html`<button type="button" class="link" onClick=${hide}>${t('setupHide')}</button>`}</section>`;
 }
 
 function App() {
@@ -145,11 +166,13 @@ function App() {
   const [offline, setOffline] = useState(false);
   const [info, setInfo] = useState(null);
   const [name, setName] = useState('Meter Plus');
+  const [doc, setDoc] = useState(null);
   const [, setLangTick] = useState(0);
 
   const applyDoc = (doc) => {
     if (!doc) return;
     noteDoc(doc);
+    setDoc(doc);
     if (doc.device_name) {
       setName(doc.device_name);
       document.title = doc.device_name;
@@ -213,11 +236,10 @@ function App() {
     <header><span class="brand">${name}</span>
       <nav aria-label="main"><ul>${Object.keys(PAGES).map((p) => html`<li><a href=${'#/' + p}
         aria-current=${p === page ? 'page' : undefined}>${t(p)}</a></li>`)}</ul></nav></header>
-    <${StatusStrip} info=${info} />
+    <section aria-label=${t('status')}><${StatusStrip} info=${info} />
     ${offline && html`<p class="banner err" role="alert">${t('offline')}</p>`}
-    ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}
-    ${page === 'dashboard' && html`<${MoneyRow} />`}
-    <main id="main" lang=${getLang()}><${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
+    ${busy > 0 && html`<p class="banner warn" role="status" data-test="busy">${t('busy', busy)}</p>`}</section>
+    <main id="main" lang=${getLang()}>${page === 'dashboard' && doc && info && html`<${Setup} doc=${doc} info=${info} />`}${page === 'dashboard' && html`<${MoneyRow} />`}<${Page} key=${page + gen + getLang()} onDoc=${applyDoc} /></main>
     ${auth !== 0 && html`<${TokenPrompt} key=${auth.wrong} ask=${auth} onDone=${done} />`}
     <footer class="small">${getToken() ? '🔑 ' : ''}Meter Plus · <${LangSwitch} onChange=${() => setLangTick((x) => x + 1)} /> · <${ThemeSwitch} onChange=${() => setGen(gen + 1)} /></footer>`;
 }

@@ -86,7 +86,7 @@ export function check(key, v) {
   if (typeof v === 'string' && hasLoneSurrogate(v)) return t('r_unicode');
   switch (kind) {
     case 'bool':
-      return typeof v === 'boolean' ? '' : 'true/false';
+      return typeof v === 'boolean' ? '' : t('r_bool');
     case 'int':
       return Number.isInteger(v) && v >= a && v <= b ? '' : t('r_int', a, b);
     case 'choice':
@@ -158,6 +158,24 @@ export function crossCheck(merged, get) {
   for (const p of ['primary', 'secondary']) {
     if (get(merged, `wifi.${p}.static_ip`)) {
       for (const k of ['ip', 'subnet', 'gateway']) if (!get(merged, `wifi.${p}.${k}`)) errors[`wifi.${p}.${k}`] = t('r_required');
+      // The addresses together, as core/settings.py _address_errors: gateway in the subnet, none the device's own
+      // address, the subnet's network or broadcast address.
+      const n = {};
+      for (const k of ['ip', 'subnet', 'gateway', 'dns']) {
+        const o = parseIpv4(get(merged, `wifi.${p}.${k}`) || '');
+        if (o) n[k] = ((o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3]) >>> 0;
+      }
+      if (n.ip === undefined || n.subnet === undefined) continue;
+      const m = n.subnet;
+      const net = (n.ip & m) >>> 0;
+      const last = (net | ~m) >>> 0;
+      const sub = [24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.') + '/' + prefixLen(parseIpv4(get(merged, `wifi.${p}.subnet`)));
+      for (const k of ['ip', 'gateway', 'dns']) {
+        const v = n[k];
+        const why = v === undefined ? '' : k !== 'ip' && v === n.ip ? t('r_own') : ((v & m) >>> 0) !== net ? (k === 'gateway' ? t('r_outside', sub) : '')
+          : v === net ? t('r_netaddr', sub) : v === last ? t('r_bcaddr', sub) : '';
+        if (why && !errors[`wifi.${p}.${k}`]) errors[`wifi.${p}.${k}`] = why;
+      }
     }
   }
   if (get(merged, 'mqtt.enable') && !get(merged, 'mqtt.host')) errors['mqtt.host'] = t('r_required');

@@ -21,11 +21,11 @@ function copy(text) {
   return ok ? Promise.resolve() : Promise.reject(new Error('copy'));
 }
 
-const CopyButton = ({ text, label }) => {
+const CopyButton = ({ text, label, onCopy }) => {
   const [done, setDone] = useState(false);
   const word = done ? t('copied') : t('copy');
   return html`<button type="button" class="small" aria-label=${word + ': ' + label}
-    onClick=${() => copy(text).then(() => setDone(true), () => setDone(false))}>${word}</button>`;
+    onClick=${() => copy(text).then(() => { setDone(true); onCopy && onCopy(); }, () => setDone(false))}>${word}</button>`;
 };
 
 export function Rotation({ onConfirmed, name, prompt = true }) {
@@ -34,6 +34,8 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
   const [msg, setMsg] = useState(null);
   const [keep, setKeep] = useState(remembered());
   const [saved, setSaved] = useState(false);
+  const [copied, setCopied] = useState(false);
+  const kept = saved || copied; // the pair is confirmed only once the owner has it (no lock-out)
   const box = useRef(null);
   useEffect(() => {
     if (!pending) return undefined;
@@ -50,6 +52,7 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
   const generate = async () => {
     setMsg(null);
     setSaved(false);
+    setCopied(false);
     try {
       const r = await api('/auth/tokens/generate', { method: 'POST', prompt });
       const until = Date.now() + (r.expires_in || 60) * 1000;
@@ -75,7 +78,7 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
       setMsg(['err', e instanceof ApiError && e.status === 410 ? t('pairExpired') : errText(e)]);
     }
   };
-  const row = (label, tok, test) => html`<dt>${label}</dt><dd><code data-test=${test}>${tok}</code> <${CopyButton} text=${tok} label=${label} /></dd>`;
+  const row = (label, tok, test) => html`<dt>${label}</dt><dd><code data-test=${test}>${tok}</code> <${CopyButton} text=${tok} label=${label} onCopy=${() => setCopied(true)} /></dd>`;
   return html`<div class="card"><h2>${t('rotate')}</h2>
     <p>${t('rotateHelp')}</p>
     <div class="row"><button type="button" onClick=${generate}>${t('rotate')}</button></div>
@@ -85,7 +88,8 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
       <div class="row"><button type="button" data-test="token-file" onClick=${file}>${saved ? t('fileSaved') : t('downloadPair')}</button></div>
       <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> ${t('remember')}</label>
       <p role="timer" aria-live="off" data-test="countdown">${left > 0 ? t('expiresIn', left) : t('expired')}</p>
-      <div class="row"><button type="button" disabled=${left <= 0} onClick=${confirmPair}>${t('confirmTokens')}</button></div></div>`}
+      <div class="row"><button type="button" disabled=${left <= 0 || !kept} aria-describedby="pair-save" onClick=${confirmPair}>${t('confirmTokens')}</button>
+        <span class="small" id="pair-save">${kept ? '' : t('pairSaveFirst')}</span></div></div>`}
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
@@ -105,6 +109,12 @@ export function Security() {
   const setAuth = async (on) => {
     setMsg(null);
     setFieldErr('');
+    // On only from a browser that holds a token (one confirmed, so saved or copied), and only when asked.
+    if (on && !getToken()) {
+      setFieldErr(t('authNeedsToken'));
+      return;
+    }
+    if (on && !confirm(t('confirmAuthOn') + ' ' + t('recover'))) return;
     try {
       await api('/settings', { method: 'POST', body: { api_auth_required: on } });
       setMsg(['ok', on ? t('authNowOn') : t('authNowOff')]);
@@ -116,6 +126,7 @@ export function Security() {
   };
   const on = doc && doc.api_auth_required;
   const signOut = () => {
+    if (!confirm(t('confirmSignOut'))) return;
     setToken('');
     setTick((x) => x + 1);
   };

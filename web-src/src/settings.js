@@ -2,9 +2,9 @@
 // shown next to the fields, the spec's confirmations, and what applies now or after a restart.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, download } from './api.js';
-import { fieldLabel, t } from './i18n.js';
+import { fieldLabel, num, t } from './i18n.js';
 import { SCHEMA, SECRETS, check, crossCheck } from './rules.js';
-import { Msg, errText, getPath, html, sectionMap, useInfo } from './ui.js';
+import { Msg, deviceUtc, errText, getPath, html, mqttWords, sectionMap, useInfo } from './ui.js';
 
 const wifi = (p) => ['ssid', 'password', 'enable', 'static_ip', 'ip', 'subnet', 'gateway', 'dns'].map((k) => `wifi.${p}.${k}`);
 export const SECTIONS = [
@@ -44,7 +44,8 @@ function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
   const common = { id, name: k, 'aria-invalid': error ? 'true' : undefined, 'aria-describedby': error ? id + '-err' : undefined };
   if (kind === 'bool')
     return html`<div class="field check"><label><input type="checkbox" ...${common} checked=${value}
-      onChange=${(e) => onChange(k, e.target.checked)} /> ${fieldLabel(k)}</label>${err}</div>`;
+      onChange=${(e) => onChange(k, e.target.checked)} /> ${fieldLabel(k)}</label>${err}
+      ${k === 'autoOta' && !/^https?:\/\/[^/:]+(?<!\.invalid)(:\d+)?\//.test(getPath(doc, 'ota.url') || '') && html` <span class="small" data-test="auto-ota-note">(${t('autoOtaNoServer')})</span>`}</div>`;
   let input;
   if (kind === 'choice')
     input = html`<select ...${common} value=${value} onChange=${(e) => onChange(k, e.target.value)}>
@@ -70,6 +71,19 @@ function Field({ k, value, error, doc, zones, onChange, clear, onClear }) {
           onChange=${(e) => onClear(k, e.target.checked)} /> ${t('clearPw')}</label>`}`;
   }
   return html`<div class="field"><label for=${id}>${fieldLabel(k)}</label>${input}${err}</div>`;
+}
+
+// The device's reason for a field (English, core/settings.py check) in the page's language: the page's own reason
+// for the value where it has one, else the device's common reasons by their pattern, else "not valid".
+const DEVICE_WHY = [[/^at most (\d+) characters$/, 'r_len'], [/^at most (\d+) bytes$/, 'r_bytes'], [/^must be 1 to 10000$/, 'r_ratio'],
+  [/^must be (-?\d+) to (-?\d+)$/, 'r_int'], [/^must be an IPv4 address/, 'r_ip'], [/^must be true or false$/, 'r_bool']];
+export function deviceWhy(ours, why) {
+  if (ours) return ours;
+  for (const [re, key] of DEVICE_WHY) {
+    const m = re.exec(why || '');
+    if (m) return t(key, ...m.slice(1));
+  }
+  return t('r_bad');
 }
 
 // Fields that only mean something while another is on: the static address while static_ip is ticked.
@@ -103,6 +117,33 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
   const onChange = (k, v) => {
     setVals({ ...vals, [k]: v });
     if (errors[k]) setErrors({ ...errors, [k]: '' });
+  };
+  // The page's own reason (in its language) for every shown field of this section as it stands, the rules across
+  // keys included: what marks the fields before a join test and words the device's 400 fields.
+  const reasons = () => {
+    const out = {};
+    const merged = JSON.parse(JSON.stringify(doc));
+    for (const k of keys.filter((x) => shown(x, vals))) {
+      const secret = SECRETS.includes(k);
+      const v = secret ? vals[k] || null : SCHEMA[k][0] === 'bool' ? vals[k] : parse(k, vals[k]);
+      const why = check(k, v);
+      if (why) out[k] = why;
+      if (!secret) {
+        const parts = k.split('.');
+        let n = merged;
+        for (const p of parts.slice(0, -1)) n = n[p] = n[p] || {};
+        n[parts[parts.length - 1]] = v;
+      }
+    }
+    for (const [k, why] of Object.entries(crossCheck(merged, getPath))) if (keys.includes(k) && !out[k]) out[k] = why;
+    return out;
+  };
+  // Errors on their fields, the first one focused; false when there are none.
+  const mark = (errs) => {
+    setErrors(errs);
+    const first = keys.find((k) => errs[k]);
+    if (first) document.getElementById(fid(first))?.focus();
+    return !!first;
   };
   const submit = async (e) => {
     e.preventDefault();
@@ -158,15 +199,28 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
       if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', names(r.after_restart)));
       setMsg(['ok', parts.join(' '), r.restart_required]);
       onSaved(id);
+      // MQTT connects with the new settings at once: its answer (connected, or why not) joins "saved" within
+      // seconds, not at the strip's next poll.
+      if (id === 'mqtt') {
+        for (let i = 0; i < 10; i++) {
+          await new Promise((ok) => setTimeout(ok, 1500));
+          const st = await api('/mqtt/status').catch(() => null);
+          if (!st) break;
+          if (!['INIT', 'CONNECTING'].includes(st.state) || i === 9) {
+            const w = mqttWords({ conn: st.state, error: st.last_error, retry_s: st.retry_in_s });
+            setMsg([w[0] === 'err' ? 'err' : 'ok', parts.join(' ') + ' MQTT: ' + w[1], r.restart_required]);
+            break;
+          }
+        }
+      }
     } catch (ex) {
       if (ex instanceof ApiError && ex.fields) {
         const mine = {};
         const other = [];
-        for (const [k, why] of Object.entries(ex.fields)) (keys.includes(k) ? (mine[k] = why) : other.push(k + ': ' + why));
-        setErrors(mine);
-        setMsg(['err', ex.message + (other.length ? ' — ' + other.join('; ') : '')]);
-        const first = Object.keys(mine)[0];
-        if (first) document.getElementById(fid(first))?.focus();
+        const ours = reasons();
+        for (const k of Object.keys(ex.fields)) (keys.includes(k) ? (mine[k] = deviceWhy(ours[k], ex.fields[k])) : other.push(fieldLabel(k)));
+        mark(mine);
+        setMsg(['err', t('fixErrors') + (other.length ? ' — ' + other.join(', ') : '')]);
       } else setMsg(['err', errText(ex)]);
     } finally {
       setBusy(false);
@@ -176,10 +230,12 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     <h2>${t(id)}</h2>
     ${id === 'ap' && html`<${ApNow} />`}
     ${id === 'emulation' && html`<${EmuHelp} doc=${doc} />`}
+    ${id === 'mqtt' && html`<${MqttNow} />`}
+    ${id === 'mqtt' && html`<${MqttTest} vals=${vals} reasons=${reasons} mark=${mark} />`}
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
-    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} />`}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} reasons=${reasons} mark=${mark} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
@@ -190,7 +246,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
 // Try the section's WiFi credentials before they are stored (POST /wifi/join): the device joins with its access
 // point kept up and stores them only when the join worked, so a wrong password never locks the owner out; the
 // answer names the address the device has there before the phone leaves the access point.
-function JoinBox({ profile, vals, onSaved }) {
+function JoinBox({ profile, vals, onSaved, reasons, mark }) {
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
   const go = async () => {
@@ -201,6 +257,10 @@ function JoinBox({ profile, vals, onSaved }) {
       setMsg(['err', t('joinNoSsid')]);
       return;
     }
+    if (mark(reasons())) {
+      setMsg(['err', t('fixErrors')]);
+      return;
+    }
     setBusy(true);
     setMsg(['', t('joining', body.ssid)]);
     try {
@@ -209,7 +269,12 @@ function JoinBox({ profile, vals, onSaved }) {
       onSaved();
     } catch (e) {
       const reason = e instanceof ApiError && e.status === 422 && e.body ? e.body.reason : '';
-      setMsg(['err', reason ? t('join_' + reason, body.ssid) : errText(e)]);
+      if (e instanceof ApiError && e.fields) {
+        const ours = reasons();
+        const p = `wifi.${profile}.`;
+        mark(Object.fromEntries(Object.keys(e.fields).map((k) => [k.startsWith(p) ? k : p + k, deviceWhy(ours[k.startsWith(p) ? k : p + k], e.fields[k])])));
+      }
+      setMsg(['err', reason ? t('join_' + reason, body.ssid) : e.fields ? t('fixErrors') : errText(e)]);
     } finally {
       setBusy(false);
     }
@@ -295,8 +360,21 @@ export function restoreDoc(file) {
   return doc;
 }
 
+// What a restore would change, setting by setting: [key, old, new] for each settings key the file holds a different
+// value for (shown and asked before anything is sent).
+export function restoreChanges(doc, body) {
+  const out = [];
+  for (const k of Object.keys(SCHEMA)) {
+    const v = getPath(body, k);
+    if (v !== undefined && JSON.stringify(v) !== JSON.stringify(getPath(doc, k))) out.push([k, getPath(doc, k), v]);
+  }
+  return out;
+}
+const shownValue = (v) => (v === true ? '✓' : v === false ? '✗' : v === '' || v === null || v === undefined ? '–' : String(v));
+
 function BackupBox({ doc, onSaved }) {
   const [msg, setMsg] = useState(null);
+  const [ask, setAsk] = useState(null); // [body, changes] while the owner looks at what would change
   const save = () => download('meterplus-settings.json', JSON.stringify(backupOf(doc), null, 1), 'application/json');
   const restore = async (e) => {
     const f = e.target.files && e.target.files[0];
@@ -310,6 +388,13 @@ function BackupBox({ doc, onSaved }) {
       setMsg(['err', t('restoreNotBackup')]);
       return;
     }
+    const changes = restoreChanges(doc, body);
+    setMsg(changes.length ? null : ['', t('nothingChanged')]);
+    setAsk(changes.length ? [body, changes] : null);
+  };
+  const apply = async () => {
+    const [body] = ask;
+    setAsk(null);
     try {
       // Its own endpoint: the device itself refuses WiFi, access point and authentication keys in a backup, in any
       // spelling (a dotted "wifi.primary.ssid" once slipped past the filter above).
@@ -325,6 +410,10 @@ function BackupBox({ doc, onSaved }) {
   return html`<div class="card" data-test="backup"><h2>${t('backup')}</h2><p class="small">${t('backupHelp')}</p>
     <div class="row"><button type="button" onClick=${save}>${t('backupSave')}</button>
       <label class="button">${t('backupRestore')}<input type="file" accept="application/json,.json" data-test="restore-file" onChange=${restore} class="visually-hidden" /></label></div>
+    ${ask && html`<div class="sub" data-test="restore-preview"><p><strong>${t('restoreAsk', ask[1].length)}</strong></p>
+      <ul>${ask[1].map(([k, a, b]) => html`<li>${fieldLabel(k)}: ${shownValue(a)} → ${shownValue(b)}</li>`)}</ul>
+      <div class="row"><button type="button" onClick=${apply}>${t('restoreApply')}</button>
+        <button type="button" onClick=${() => setAsk(null)}>${t('cancel')}</button></div></div>`}
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     <p class="small">${t('factoryResetHelp')}</p></div>`;
 }
@@ -405,6 +494,45 @@ function PairBox() {
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
 }
 
+// The MQTT connection now, in words (why it failed, when it tries next), from the shell's /system/info.
+function MqttNow() {
+  const info = useInfo();
+  return info && html`<p class="small" data-test="mqtt-now" role="status">${mqttWords(sectionMap(info.mqtt))[1]}</p>`;
+}
+
+// Try the section's broker values before they are stored (POST /mqtt/test): the device connects with them, says
+// how it went and goes back to the stored settings; nothing is saved. Empty password: the stored one.
+function MqttTest({ vals, reasons, mark }) {
+  const [msg, setMsg] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const go = async () => {
+    const errs = reasons();
+    const mine = Object.fromEntries(Object.entries(errs).filter(([k]) => /^mqtt\.(host|port|user|password)$/.test(k)));
+    if (!vals['mqtt.host']) mine['mqtt.host'] = t('r_required');
+    if (mark(mine)) {
+      setMsg(['err', t('fixErrors')]);
+      return;
+    }
+    setBusy(true);
+    setMsg(['', t('mqTesting', vals['mqtt.host'])]);
+    try {
+      let r = await api('/mqtt/test', { method: 'POST', body: { host: vals['mqtt.host'], port: +vals['mqtt.port'] || 1883,
+        use_tls: !!vals['mqtt.use_tls'], user: vals['mqtt.user'] || '', password: vals['mqtt.password'] || null } });
+      for (let i = 0; r.state === 'testing' && i < 40; i++) {
+        await new Promise((ok) => setTimeout(ok, 1000));
+        r = await api('/mqtt/test');
+      }
+      setMsg(r.state === 'ok' ? ['ok', t('mqTestOk', r.host)] : ['err', mqttWords({ conn: 'FAILED', error: r.error })[1] + '. ' + t('mqNothing')]);
+    } catch (e) {
+      setMsg(['err', errText(e)]);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<div class="sub" data-test="mqtt-test"><div class="row"><button type="button" disabled=${busy} onClick=${go}>${t('joinTestOnly')}</button></div>
+    ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;
+}
+
 // Whether the access point runs now (the setting says only whether it always runs), from the shell's /system/info.
 function ApNow() {
   const info = useInfo();
@@ -417,12 +545,23 @@ function ApNow() {
 // authentication on, that the emulation answers without a token.
 function EmuHelp({ doc }) {
   const info = useInfo();
-  const ip = info ? sectionMap(info.wifi).ip : '';
+  const wifi = info ? sectionMap(info.wifi) : {};
+  const ip = wifi.ip || (info && sectionMap(info.ap).ip) || ''; // on the access point only: its address
   const id = info ? String(sectionMap(info.esp).esp_id || '') : '';
   const set = getPath(doc, 'emulation.smaSerial'); // 0xffffffff is Speedwire's "any device": derived instead
   let sn = set > 0 && set < 0xffffffff ? set : info && (parseInt(id.slice(-8), 16) || 1);
   if (sn === 0xffffffff) sn--;
-  return html`<div class="small" data-test="emu-help"><p>${t('emuShelly', ip || t('emuIp'))}</p><p>${t('emuSma', sn || '…')}</p>
+  const e = info ? sectionMap(info.emulation) : {};
+  const since = e['shelly_udp.since_s'];
+  const last = e['shelly_udp.last_s'];
+  const at = (ago) => new Date((deviceUtc() - ago + (+sectionMap(info.clock).utc_offset_min || 0) * 60) * 1000).toISOString().slice(11, 16);
+  // Live status in words: listening where, asked since when and how often, or quiet since when.
+  const status = !e.shelly ? '' : since === null || since === undefined ? t('emuWaiting', e['shelly_udp.ports'] || '–')
+    : last > 60 ? t('emuQuiet', at(last)) : t('emuAsking', at(since), num(+e['shelly_udp.answers'] || 0, 0));
+  return html`<div class="small" data-test="emu-help">
+    ${ip && html`<p data-test="emu-addr"><strong>${t('emuAddr', ip, wifi.mdns_name || '')}</strong></p>`}
+    ${status && html`<p data-test="emu-status" role="status">${status}</p>`}
+    <p>${t('emuShelly', ip || t('emuIp'))}</p><p>${t('emuSma', sn || '…')}</p>
     ${doc.api_auth_required && html`<p data-test="emu-auth">${t('emuAuth')}</p>`}</div>`;
 }
 
@@ -431,6 +570,11 @@ const TABS = [...SECTIONS.map(([id]) => id), 'backup'];
 const tabOf = () => {
   const id = location.hash.split('/')[2];
   return TABS.includes(id) ? id : 'general';
+};
+// A section named in the address that this page does not have (an old or mistyped link): said, not hidden.
+const unknownTab = () => {
+  const id = location.hash.split('/')[2];
+  return id && !TABS.includes(id) ? id : '';
 };
 
 export function Settings({ onDoc }) {
@@ -466,6 +610,7 @@ export function Settings({ onDoc }) {
     <nav class="tabs" aria-label=${t('sections')}><ul>${TABS.map((id) => html`<li><a href=${'#/settings/' + id}
       aria-current=${id === tab ? 'page' : undefined} data-test=${'tab-' + id}>${t(id)}${dirty[id] ? html` <span title=${t('unsaved')} aria-label=${t('unsaved')}>•</span>` : ''}</a></li>`)}</ul></nav>
     <${Msg} kind="err">${err}<//>
+    ${unknownTab() && html`<p class="msg warn" role="status" data-test="unknown-tab">${t('unknownTab', unknownTab())}</p>`}
     ${doc && SECTIONS.map(([id, keys]) => html`<${Section} key=${id} id=${id} keys=${keys} doc=${doc} zones=${zones} onSaved=${saved}
       onDirty=${onDirty} hidden=${id !== tab} epoch=${epochs[id] || 0}>
       ${id === 'mqtt' && html`<${CaBox} />`}${id === 'cloud' && html`<${PairBox} />`}<//>`)}

@@ -71,7 +71,29 @@ export function Table({ head, rows, cls }) {
 // An error in the interface's language from the answer's stable code; the device's English text only for a code
 // this page does not know yet.
 export const errText = (e) =>
-  !e || !e.status ? t('offline') : known('e_' + ((e.body && e.body.code) || '')) || e.status + ': ' + e.message;
+  !e || !e.status ? t('offline') : (known('e_' + ((e.body && e.body.code) || '')) || e.status + ': ' + e.message) + (e.status === 401 ? ' ' + t('recover') : '');
+
+// A duration in words: 45 s, 12 min, 1 h 28 min, 3 d 4 h (in the interface's language).
+export function span(seconds) {
+  if (seconds === null || seconds === undefined) return t('unknown');
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return t('spanS', s);
+  if (s < 3600) return t('spanM', Math.floor(s / 60));
+  if (s < 86400) return t('spanHM', Math.floor(s / 3600), Math.floor((s % 3600) / 60));
+  return t('spanDH', Math.floor(s / 86400), Math.floor((s % 86400) / 3600));
+}
+
+// The MQTT state of a /system/info section in words: [kind, text] with why it failed and when it tries next.
+const MQ_WHY = { 1004: 'mq_auth', 1005: 'mq_auth', 2001: 'mq_cfg', 2010: 'mq_cfg', 2002: 'mq_dns' };
+export function mqttWords(m) {
+  const c = m.conn;
+  if (c === undefined || c === 'OFF') return ['off', t('stOff')];
+  if (c === 'CONNECTED') return ['ok', t('stConnected')];
+  if (c !== 'WAIT_RETRY' && c !== 'FAILED') return ['warn', t('stMqtt_' + (c === 'INIT' ? c : 'CONNECTING'))];
+  const e = +m.error || 0;
+  const why = MQ_WHY[e] ? t(MQ_WHY[e]) : e > 1000 && e < 1006 ? t('mq_refused', e - 1000) : e < 0 ? t('mq_tls') : t('mq_down');
+  return ['err', m.retry_s === null || m.retry_s === undefined ? why : t('mq_next', why, span(+m.retry_s))];
+}
 
 // A colour of the current theme (canvas drawing cannot read CSS variables itself).
 export const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
