@@ -52,6 +52,14 @@ def test_dynamic_tariff_end_to_end_on_the_host_runtime(tmp_path):
         prices = {q["timestamp"]: q for q in host.get("/api/v1/tariff")[1]["prices"]}
         tariff = host.get("/api/v1/tariff")[1]
         assert tariff["mode"] == "dynamic"
+        # from=today: the same prices from today's local midnight on (the page's curve), the same end; bad: 400
+        whole = host.get("/api/v1/tariff?from=today")[1]["prices"]
+        assert whole[0]["start"][11:] == "00:00" and whole[-1]["timestamp"] >= tariff["prices"][-1]["timestamp"]
+        assert [b["timestamp"] - a["timestamp"] for a, b in zip(whole, whole[1:])] == [900] * (len(whole) - 1)
+        assert whole[0]["timestamp"] < tariff["prices"][0]["timestamp"] or whole[0]["start"][11:] == "00:00"
+        by_ts = {p["timestamp"]: p for p in whole}
+        assert all(by_ts[p["timestamp"]] == p for p in tariff["prices"] if p["timestamp"] in by_ts)
+        assert host.get("/api/v1/tariff?from=yesterday")[0] == 400
         for item in cost["items"]:
             if item["import_cost"] is None:
                 continue

@@ -77,7 +77,7 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     assert page.locator("[data-test=m-peak]").count() >= 1
     assert "W" in page.locator("[data-test=m-peak]").first.inner_text()
     # another window length asks again
-    with page.expect_request("**/api/v1/tariff?hours=3", timeout=10000):
+    with page.expect_request("**/api/v1/tariff?from=today&hours=3", timeout=10000):
         page.locator("[data-test=m-hours]").select_option("3")
     if SHOTS:
         page.screenshot(path=SHOTS, full_page=True)

@@ -181,7 +181,9 @@ def _day_prices(svc, day):
     return start, out
 
 
-def tariff_body(svc, now, hours):
+def tariff_body(svc, now, hours, from_today=False):
+    """The price now, the prices from now (or, from_today, from today's local midnight: the page's curve of the
+    whole day) to 36 h ahead, the cheapest window of `hours` today (from now) and tomorrow, the fetch's state."""
     t = svc.tariff
     clock = svc.clock
     q0 = now - now % _Q
@@ -189,7 +191,7 @@ def tariff_body(svc, now, hours):
     imp = t.import_at(q0, off)
     exp = t.export_at(q0, off)
     rows = []
-    q = q0
+    q = svc._day_start(svc.local_day(now)) if from_today else q0
     while q < q0 + AHEAD_S:
         o = (clock.local(q) - q) // 60
         p = t.import_at(q, o)
@@ -300,7 +302,11 @@ def routes(app):
         hours = 1 if text is None else ascii_uint(text, 2)
         if hours is None or not 1 <= hours <= 12:
             return error_response(request, 400, "hours must be an integer 1..12")
-        return Response(request, tariff_body(app.tariff, app.clock.time(), hours), content_type=_JSON)
+        since = query(request, "from")
+        if since is not None and since != "today":
+            return error_response(request, 400, "from must be today (or left out: from now)")
+        return Response(request, tariff_body(app.tariff, app.clock.time(), hours, since == "today"),
+                        content_type=_JSON)
 
     def peaks(request):
         bad = ready(request)

@@ -173,7 +173,7 @@ async function mount(el, { api, lang, noteDoc }) {
     bars(q('m-barbox'), c.items, cur, w);
   });
   const prices = async () => {
-    const t = await api('/tariff?hours=' + q('m-hours').value);
+    const t = await api('/tariff?from=today&hours=' + q('m-hours').value); // the curve: today from midnight and tomorrow
     const win = (name) => {
       const x = t.cheapest[name];
       return `${name === 'today' ? w.today : w.tomorrow}: ${x ? esc(x.start.slice(11) + '–' + x.end.slice(11) + ', Ø ' + x.mean_price + ' ' + cur + w.perKwh) : w.none}`;
