@@ -89,7 +89,8 @@ def test_login_goes_on_only_with_a_kept_token_and_after_asking(browser, auth, tm
     other.get_by_role("dialog").wait_for()
     assert "BOOT-Taster 10 s halten" in other.locator("[data-test=tok-recover]").inner_text()
     other.get_by_role("button", name="Abbrechen").click()
-    other.get_by_text(re.compile("Token fehlt oder ist falsch. Token verloren\\? Den Taster am Gerät kurz drücken")).first.wait_for()
+    other.get_by_text(re.compile("Token fehlt oder ist falsch. Token verloren\\? Den Taster am Gerät kurz "
+                                 "drücken")).first.wait_for()
     other.context.close()
     page.once("dialog", lambda d: d.accept())
     page.locator("#f-api_auth_required").click()               # off again: the token this browser holds works

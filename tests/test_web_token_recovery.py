@@ -38,6 +38,8 @@ def test_a_locked_out_owner_gets_back_in_by_the_button(browser, tmp_path_factory
         lost.get_by_role("button", name="Neue Tokens erzeugen").click()
         lost.locator("[data-test=pending]").wait_for()
         write = lost.locator("[data-test=token-write]").inner_text()
+        with page.expect_download():                             # the pair kept first (issue 28: no lock-out)
+            lost.locator("[data-test=token-file]").click()
         lost.get_by_role("button", name="Tokens bestätigen").click()
         prompt.wait_for(state="detached")                        # signed in with the new WRITE token
         page.locator("#f-device_name").wait_for()
