@@ -30,17 +30,17 @@ def _info_value(host, section, name):
 
 # --- hostile clients ---
 
-def _closer(port, stop):
+def _closer(port, stop, src=None):
     while not stop.is_set():
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), source_address=src)
         s.close()
         time.sleep(0.01)
 
 
-def _slow(port, stop):
+def _slow(port, stop, src=None):
     """One byte every 300 ms: the server must cut it off, not wait for it."""
     while not stop.is_set():
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), source_address=src)
         try:
             for ch in b"GET /api/v1/system/alive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n":
                 if stop.is_set():
@@ -53,9 +53,9 @@ def _slow(port, stop):
             s.close()
 
 
-def _half_body(port, stop):
+def _half_body(port, stop, src=None):
     while not stop.is_set():
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), source_address=src)
         try:
             s.sendall(b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 100\r\n\r\n{\"device_name\": ")
@@ -66,10 +66,10 @@ def _half_body(port, stop):
             s.close()
 
 
-def _non_reader(port, stop):
+def _non_reader(port, stop, src=None):
     """Asks for the largest answer (time zones, ~25 KB) and never reads it."""
     while not stop.is_set():
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), source_address=src)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
         try:
             s.sendall(b"GET /api/v1/system/timezones HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -90,7 +90,11 @@ def _non_reader(port, stop):
 def test_alive_answers_under_hostile_clients(host, kinds):
     cycles_before = _info_value(host, "supervisor", "cycles")
     stop = threading.Event()
-    threads = [threading.Thread(target=k, args=(host.port, stop), daemon=True) for k in kinds]
+    # One kind at a time from the honest client's own address; all at once from another (an attacker is another
+    # host on the LAN): since issue 26 the server keeps a floor per address, and an address whose connections stall
+    # is the one that waits, so seven hostile connections sharing the owner's address now reset some of its requests.
+    src = ("127.0.0.2", 0) if len(kinds) > 1 else None
+    threads = [threading.Thread(target=k, args=(host.port, stop, src), daemon=True) for k in kinds]
     for t in threads:
         t.start()
     times = []
