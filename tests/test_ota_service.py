@@ -15,7 +15,6 @@ from aio_wattwaechter.models import _parse_ota_check
 import socketpool
 from drivers.status_led import StatusLed
 from services.ota import service as svc_mod
-from services.ota.http_get import HttpGet
 from tests.ota_server import ROOT, UpdateServer, keys_text, make_release, write_manifest
 from tools.ota_manifest import app_files
 
@@ -54,6 +53,13 @@ def tree(folder):
     return out
 
 
+def http_get_class():
+    """The HttpGet class the service will use: an earlier test may have let the parts go and imported them anew, so
+    a class imported at the top of a test file can be a stale copy whose tuning the service never sees."""
+    svc_mod.load_parts()
+    return svc_mod.hg.HttpGet
+
+
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     drive = tmp_path / "drive"
@@ -69,7 +75,7 @@ def env(tmp_path, monkeypatch):
     manifest = make_release(str(pub), "0.2.0", changes=CHANGES)
     server = UpdateServer(str(pub))
     monkeypatch.chdir(drive)
-    HttpGet.stall_ms = 1500
+    monkeypatch.setattr(http_get_class(), "stall_ms", 1500)   # undone after the test
     calls = []
     led = StatusLed(Pixels())
     s = svc_mod.OtaService(socketpool.SocketPool(None), Settings(**{"ota.url": server.url}), "0.1.0", BOOT, led=led,
@@ -77,12 +83,11 @@ def env(tmp_path, monkeypatch):
                            restart=lambda reason: calls.append(("restart", os.path.exists("ota/journal"))),
                            log=None)
     s.first_check_ms = 0
-    s.keep_parts = True   # HttpGet.stall_ms above must stay on the class the service uses
+    s.keep_parts = True   # the tuned class above must stay the one the service uses
     e = types.SimpleNamespace(svc=s, server=server, pub=str(pub), drive=str(drive), manifest=manifest, calls=calls,
                               led=led, now=WRAP - 3000, before=tree(str(drive)))
     yield e
     server.close()
-    HttpGet.stall_ms = 15000
 
 
 def run(e, until, limit_s=20, step_ms=20):
@@ -312,7 +317,7 @@ def test_the_default_placeholder_url_asks_no_dns_server(env, monkeypatch):
     run(e, lambda: e.svc.message)
     assert asked == [] and e.svc.last_error == "" and "placeholder" in e.svc.message and e.svc.state == "OK"
     # and the HTTP client itself refuses the reserved name without asking DNS
-    req = HttpGet(socketpool.SocketPool(None), DEFAULTS["ota"]["url"], None, bytearray(16))
+    req = http_get_class()(socketpool.SocketPool(None), DEFAULTS["ota"]["url"], None, bytearray(16))
     req._sink = type("S", (), {"abort": lambda self: None})()
     while req.poll(0):
         pass
@@ -388,7 +393,8 @@ def test_a_black_holed_update_server_never_blocks_a_poll():
     try:
         before = socketpool.open_count()
         sink = _Sink()
-        req = HttpGet(socketpool.SocketPool(None), "http://127.0.0.1:%d/manifest.json" % port, sink, bytearray(64))
+        url = "http://127.0.0.1:%d/manifest.json" % port
+        req = http_get_class()(socketpool.SocketPool(None), url, sink, bytearray(64))
         now = ticks_add(0, -3000)                       # 3 s before the wrap
         start = now
         assert req.poll(now) and req.state == CONNECTING

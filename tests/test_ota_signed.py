@@ -10,7 +10,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import socketpool
 from services.ota import service as svc_mod
-from services.ota.http_get import HttpGet
 from tests.ota_server import TEST_KEY, UpdateServer, keys_text, make_release, write_manifest
 from tests import test_ota_service as base
 from tests.test_ota_service import BOOT, Settings, checked, run, tree
@@ -202,15 +201,11 @@ def test_changing_ota_url_drops_the_old_offer_and_checks_the_new_server_at_once(
         other.close()
 
 
-def test_a_trickling_server_cannot_hold_a_check(env):
+def test_a_trickling_server_cannot_hold_a_check(env, monkeypatch):
     env.server.faults["manifest.json"] = "trickle"
-    HttpGet.total_ms = 5000
-    env.svc.keep_parts = True   # the patched class must stay the one the service uses
-    try:
-        env.svc.start()
-        run(env, lambda: env.svc.last_error, limit_s=60)
-    finally:
-        HttpGet.total_ms = 120000
+    monkeypatch.setattr(base.http_get_class(), "total_ms", 5000)   # the class the service uses, not a stale import
+    env.svc.start()
+    run(env, lambda: env.svc.last_error, limit_s=60)
     d = env.svc.check_result(env.now)["data"]
     assert d["error"] == "network" and "took more than 5 s" in d["message"] and d["state"] == "idle"
 
