@@ -1,11 +1,10 @@
 """The device settings document: defaults, schema validation, all-or-nothing updates, secrets (stored by json_store)."""
 
 import json
-import os
 
 from core.ipv4 import dotted as _dotted, host_reason as _host_reason, parse_ipv4 as _parse_ipv4, \
     prefix_len as _prefix_len
-from core.durable_file import names
+from core.durable_file import stored
 from core.json_store import read_json_file, write_atomic
 from core.sockbudget import problem as _socket_problem
 from core.text import ascii_printable as _ascii_printable, escaped as _escaped, is_hostname as _is_hostname, \
@@ -458,16 +457,6 @@ class Settings:
     _found = False
     damaged = False   # a stored file was there but held no settings document (the defaults are in use)
 
-    def _damaged_file(self):
-        """True when a file is stored under the document's names although none of them parsed."""
-        for name in names(self.path):
-            try:
-                os.stat(name)
-                return True
-            except OSError:
-                pass
-        return False
-
     def load(self):
         """Defaults overlaid with the stored document; invalid stored keys keep their default and are counted.
 
@@ -479,7 +468,7 @@ class Settings:
         data = read_json_file(self.path) if self.path else None
         self._found = data is not None
         if not isinstance(data, dict):
-            if data is not None or self._damaged_file():
+            if data is not None or stored(self.path):   # stored but none parsed: damaged
                 self.load_errors += 1   # zeroed, truncated, `null`, not an object: counted, never silent
                 self.damaged = True
             return
