@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.hostproc import free_port
+from tests.hostproc import free_port, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_SCRIPT = os.path.join(ROOT, "tools", "ha_core_env.sh")
@@ -206,14 +206,8 @@ class HaCore:
         return flow["result"]["entry_id"]
 
     def wait_for(self, predicate, timeout=60, interval=0.5):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(interval)
-        raise AssertionError("Home Assistant: condition not met within %s s; log:\n%s"
-                             % (timeout, self.log()[-6000:]))
+        """Poll predicate() until it returns something truthy; return it."""
+        return wait_until(predicate, timeout, interval, lambda: "Home Assistant's log:\n" + self.log()[-6000:])
 
     def entities(self, platform="mqtt"):
         return [e for e in self.ws({"type": "config/entity_registry/list"})[0] if e["platform"] == platform]

@@ -218,3 +218,21 @@ def migration_steps(state, cut_at):
     if p.returncode != -9:
         raise Failure("migration child failed: %s" % p.stderr[-2000:])
     return None
+
+
+def assert_every_cut_recovers(tmp_path, monkeypatch, seed, cuts, expected):
+    """For every cut in cuts: copy the drive folder seed, SIGKILL its migration before that change, and check the
+    next start serves exactly expected (the (hr, lr) records) from the one history file."""
+    from services.history import store as hs
+
+    for cut in cuts:
+        drive = str(tmp_path / ("cut%d" % cut))
+        shutil.copytree(seed, drive)
+        assert migration_steps(drive, cut) is None
+        monkeypatch.chdir(drive)
+        st = hs.HistoryStore(legacy=LEGACY)
+        assert st.open() in ("ok", "migrated"), "cut before step %d" % cut
+        assert (list(st.records(hs.HR)), list(st.records(hs.LR))) == expected, "cut before step %d" % cut
+        assert os.listdir("history") == ["history.bin"], "cut before step %d" % cut
+        monkeypatch.chdir(str(tmp_path))
+        shutil.rmtree(drive)

@@ -57,6 +57,31 @@ _PORTS = (20000, 32000)
 _given = set()      # ports this process handed out: free when checked, maybe not yet bound by whoever asked
 
 
+def wait_until(predicate, timeout, interval, describe):
+    """Poll predicate() until it returns something truthy and return it; after timeout s fail with describe()."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met within %s s; %s" % (timeout, describe()))
+
+
+def recv_until_closed(s):
+    """All a socket receives until the peer closes it, resets it or its timeout passes."""
+    out = b""
+    try:
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            out += got
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return out
+
+
 def port_range():
     """The ports this process picks from: all of _PORTS, or under pytest-xdist (make test) worker N's own slice of
     it, so that two workers never hand out the same port between its check and its bind (a firmware bound to
@@ -162,13 +187,7 @@ class HostProcess:
 
     def wait_for(self, predicate, timeout=30, interval=0.2):
         """Poll predicate() until it returns something truthy; return it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(interval)
-        raise AssertionError("condition not met within %s s; log:\n%s" % (timeout, self.log()[-3000:]))
+        return wait_until(predicate, timeout, interval, lambda: "log:\n" + self.log()[-3000:])
 
     def log(self):
         try:

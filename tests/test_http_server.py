@@ -17,6 +17,7 @@ from services.api import routes_settings
 from services.api.auth import Tokens
 from services.api.service import HttpApi, RateLimiter, required_level
 from services.api.server import HardenedServer
+from tests.hostproc import recv_until_closed
 from tests.inproc import exchange, read_until_closed, server_port
 from tests.steppedclock import SteppedClock
 
@@ -188,16 +189,7 @@ def _closed_by_server(s):
 def _answer_now(s):
     """What the server already sent on s (the test polled before), without waiting for more polls."""
     s.settimeout(0.5)
-    out = b""
-    try:
-        while True:
-            got = s.recv(65536)
-            if not got:
-                break
-            out += got
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return out
+    return recv_until_closed(s)
 
 
 def test_honest_request_is_answered_in_the_accepting_poll_while_slots_are_held(hello):

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.hostproc import recv_until_closed
 from tests.test_api_harness import body_of, header_of, raw, start_host, status_of, timed_get
 
 pytestmark = pytest.mark.slow
@@ -222,12 +223,7 @@ def test_expect_100_continue(host):
     first = s.recv(100)
     assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
     s.sendall(body)
-    answer = b""
-    while True:
-        got = s.recv(4096)
-        if not got:
-            break
-        answer += got
+    answer = recv_until_closed(s)
     s.close()
     assert status_of(answer) == 200
     assert host.get("/api/v1/settings")[1]["device_name"] == "Continued"

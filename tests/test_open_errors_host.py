@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.hostproc import HostProcess
+from tests.hostproc import HostProcess, recv_until_closed
 
 pytestmark = pytest.mark.slow
 DEEP = "[" * 1900          # past CPython's recursion limit, inside the 2 KB head
@@ -31,17 +31,9 @@ def _raw(port, data, source):
     s.connect(("127.0.0.1", port))
     try:
         s.sendall(data)
-        out = b""
-        while True:
-            got = s.recv(65536)
-            if not got:
-                break
-            out += got
-    except (socket.timeout, ConnectionResetError):
-        pass
+        return recv_until_closed(s)
     finally:
         s.close()
-    return out
 
 
 def _status(raw):

@@ -10,6 +10,7 @@ from core import durable_file
 from core import settings as S
 from core.json_store import read_json_file, write_atomic
 from core.settings import Settings, SettingsError
+from tests.test_settings_input import merge, nest
 from tools.mpvm import MicroVM
 
 ZONES = {"Europe/Berlin", "Europe/London", "UTC"}
@@ -191,21 +192,6 @@ def test_keys_of_names_every_spelling():
 def test_a_new_destination_drops_the_stored_secret_unless_given_again(secret, dest, new):
     s = make()
     group, leaf = secret.rsplit(".", 1)
-
-    def nest(dotted, value):
-        out = value
-        for part in reversed(dotted.split(".")):
-            out = {part: out}
-        return out
-
-    def merge(a, b):
-        for k, v in b.items():
-            if isinstance(v, dict) and isinstance(a.get(k), dict):
-                merge(a[k], v)
-            else:
-                a[k] = v
-        return a
-
     s.update(merge(nest(dest, "old.example" if "host" in dest else "Home"), nest(secret, "ownersecret1")))
     changed = s.update(nest(dest, new))
     assert changed == sorted([dest, secret]) and s.get(secret) == "" and s.get(dest) == new
