@@ -150,6 +150,32 @@ def test_dashboard_shows_the_values_of_history_latest(browser, live, shots):
     page.context.close()
 
 
+def test_a_page_shown_again_while_a_poll_waits_starts_no_second_chain(browser, live):
+    """The page turning visible while its /system/info request is still out (a slow device, a tab brought to the
+    front) must not start a second chain of polls beside the first: two requests per 20 s, forever."""
+    page = _page(browser)
+    # Every /system/info answer arrives 1.5 s late; the requests the page starts are counted.
+    page.add_init_script("""
+        window.infoAsked = 0;
+        const realFetch = window.fetch;
+        window.fetch = (url, opts) => {
+          if (String(url).includes('/system/info')) {
+            window.infoAsked += 1;
+            return new Promise((ok) => setTimeout(ok, 1500)).then(() => realFetch(url, opts));
+          }
+          return realFetch(url, opts);
+        };""")
+    page.goto(live.url + "/")
+    page.wait_for_function("window.infoAsked === 1")
+    for _ in range(3):    # shown again, three times, while the first answer is on its way
+        page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(3000)   # the answer is in; the next poll is due 20 s later
+    assert page.evaluate("window.infoAsked") == 1
+    assert page.errors == []
+    page.context.close()
+
+
 def test_dashboard_polls_within_the_rate_budget(browser, live):
     page = _page(browser)
     page.goto(live.url + "/")

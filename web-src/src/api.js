@@ -116,10 +116,12 @@ export async function api(path, opts = {}) {
 // Poll fn every ms while the tab is visible (a hidden tab costs the device nothing); returns a stop function.
 export function poller(fn, ms) {
   let timer = 0;
+  let asking = false; // a request in flight: a visibility change now must not start a second chain of polls
   let stopped = false;
   const tick = async () => {
     timer = 0;
-    if (stopped) return;
+    if (stopped || asking) return;
+    asking = true;
     if (!document.hidden) {
       try {
         await fn();
@@ -127,6 +129,7 @@ export function poller(fn, ms) {
         /* shown by the page; the next tick tries again */
       }
     }
+    asking = false;
     if (!stopped) timer = setTimeout(tick, ms + backoffLeft());
   };
   const onVisible = () => {
