@@ -207,46 +207,15 @@ def measure(count):
 
 
 VM_SETUP = r"""
-import errno
 from meter.reading import Reading
 from services.emulation.shelly_rpc import Identity
 from services.emulation.shelly_udp import ShellyUdp
 from services.emulation.sma_sender import SmaSender
 from core.bus import Bus
 
-class Sock:
-    def __init__(self):
-        self.inbox = []
-    def setblocking(self, flag):
-        pass
-    def bind(self, addr):
-        pass
-    def recvfrom_into(self, buf):
-        if not self.inbox:
-            raise OSError(errno.EAGAIN)
-        data = self.inbox.pop()
-        buf[:len(data)] = data
-        return len(data), ("192.168.1.50", 40000)
-    def sendto(self, data, addr):
-        return len(data)
-    def close(self):
-        pass
+from vm_fakes import Pool, Settings
 
-class Pool:
-    AF_INET = SOCK_DGRAM = 2
-    def __init__(self):
-        self.made = []
-    def socket(self, a, b):
-        s = Sock()
-        self.made.append(s)
-        return s
-
-class Settings:
-    def __init__(self, d):
-        self.d = d
-    def get(self, k, default=None):
-        return self.d.get(k, default)
-
+SRC = ("192.168.1.50", 40000)
 VALUES = {"1.8.0": (123456789, -1), "2.8.0": (4567, 0), "16.7.0": (-3085, -1), "36.7.0": (-1031, -1),
           "56.7.0": (-1030, -1), "76.7.0": (-1024, -1), "32.7.0": (2303, -1), "52.7.0": (2287, -1),
           "72.7.0": (2313, -1), "31.7.0": (452, -2), "51.7.0": (451, -2), "71.7.0": (45, -1), "14.7.0": (4999, -2)}
@@ -276,7 +245,7 @@ off = EmulationLoader(App())
 VM_WORK = (
     ("loader, both emulations off", "off.poll(1)"),
     ("Shelly UDP, idle poll (2 ports)", "t[0] += 20\nudp.poll(t[0])"),
-    ("Shelly UDP, one answer", "t[0] += 20\npool.made[0].inbox.append(REQ)\nudp.poll(t[0])"),
+    ("Shelly UDP, one answer", "t[0] += 20\npool.made[0].inbox.append((REQ, SRC))\nudp.poll(t[0])"),
     ("SMA, poll between datagrams", "sma.poll(500)"),
     ("SMA, one datagram", "t[0] += 1000\nbus.publish('reading', Reading(t[0], VALUES))\nsma.poll(t[0])"),
 )
@@ -284,10 +253,10 @@ VM_WORK = (
 
 def vm_costs():
     """[(what, fuel, heap bytes)] of the emulation modules' polls in the MicroPython VM."""
-    from tools.mpvm import MicroVM
+    from tools.mpvm import VM_FAKES, MicroVM
 
     out = []
-    with MicroVM(packages=("core", "meter", "services")) as vm:
+    with MicroVM(packages=("core", "meter", "services"), extra_files=VM_FAKES) as vm:
         for what, work in VM_WORK:
             fuel, heap = vm.measure(VM_SETUP, work, repeat=10)
             out.append((what, fuel, heap))

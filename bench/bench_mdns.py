@@ -100,7 +100,7 @@ def pystone_fuel(vm):
     return fuel / PYSTONE_LOOPS
 
 
-def main(argv):
+def main(argv=()):
     extra = ((os.path.join(HERE, "device", "pystone_lowmem.py"), "pystone_lowmem.py"),)
     with MicroVM(packages=("core", "meter", "services"), extra_files=extra) as vm:
         with open(os.path.join(vm.root, "utime.py"), "w") as f:

@@ -178,47 +178,12 @@ def test_the_battery_is_answered_every_time_beside_flooding_addresses(flooders):
 
 
 VM_CODE = r"""
-import errno
 from core import sockbudget
 from core.bus import Bus
 from meter.reading import Reading
 from services.emulation.shelly_rpc import Identity
 from services.emulation.shelly_udp import ShellyUdp
-
-class Sock:
-    def __init__(self):
-        self.inbox = []
-        self.sent = []
-    def setblocking(self, flag):
-        pass
-    def bind(self, addr):
-        pass
-    def recvfrom_into(self, buf):
-        if not self.inbox:
-            raise OSError(errno.EAGAIN)
-        data, addr = self.inbox.pop(0)
-        buf[:len(data)] = data
-        return len(data), addr
-    def sendto(self, data, addr):
-        self.sent.append(addr)
-        return len(data)
-    def close(self):
-        pass
-
-class Pool:
-    AF_INET = SOCK_DGRAM = 2
-    def __init__(self):
-        self.made = []
-    def socket(self, a, b):
-        s = Sock()
-        self.made.append(s)
-        return s
-
-class Settings:
-    def __init__(self, d):
-        self.d = d
-    def get(self, k, default=None):
-        return self.d.get(k, default)
+from vm_fakes import Pool, Settings
 
 bus = Bus()
 bus.publish("reading", Reading(0, {"1.8.0": (1000, 0), "16.7.0": (250, 0)}))
@@ -235,7 +200,7 @@ for a in ("255.255.255.255", "192.168.1.255", "224.0.0.251", "192.168.1.20"):
     sock.inbox.append((REQ, (a, 1010)))
 for t in range(1, 12):
     udp.poll(t * 25)
-print("udp", len(sock.sent), udp.counters.get("source_limited"), udp.counters.get("bad_sender"))
+print("udp", sock.sent, udp.counters.get("source_limited"), udp.counters.get("bad_sender"))
 get = {"mqtt.enable": True, "modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
        "emulation.shellyUdpPort2": 2220, "emulation.sma": True, "accessPoint.enable": True}.get
 print("budget", sockbudget.worst_case(get), sockbudget.problem(get, ("accessPoint.enable",))[0])
@@ -243,8 +208,8 @@ print("budget", sockbudget.worst_case(get), sockbudget.problem(get, ("accessPoin
 
 
 def test_the_limits_and_the_budget_inside_micropython():
-    from tools.mpvm import MicroVM
+    from tools.mpvm import VM_FAKES, MicroVM
 
-    with MicroVM(packages=("core", "meter", "services")) as vm:
+    with MicroVM(packages=("core", "meter", "services"), extra_files=VM_FAKES) as vm:
         out, _fuel = vm.run(VM_CODE)
     assert out.strip().splitlines() == ["udp 4 16 4", "budget 12 accessPoint.enable"], out

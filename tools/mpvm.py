@@ -10,6 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Folders of pure modules: no hardware imports, so they must import and run in the VM.
 PURE_PACKAGES = ("core", "meter")
 DEFAULT_FUEL = 2_000_000_000
+# extra_files that make tools/vm_fakes.py importable in a snippet as vm_fakes (fake UDP sockets, settings).
+VM_FAKES = ((os.path.join(REPO, "tools", "vm_fakes.py"), "vm_fakes.py"),)
 
 _PRELUDE = """
 import sys
@@ -87,23 +89,21 @@ class MicroVM:
     def measure(self, setup, work, repeat=10):
         """Fuel and heap bytes of one run of work, averaged over repeat runs, setup excluded.
 
-        Heap bytes are micropython.mem_total() deltas (every byte allocated, freed or not).
+        Two programs that differ only in the loop count (repeat and 2 * repeat): the same text compiles the same
+        and its setup collects garbage at the same points, so their difference is repeat runs of work and nothing
+        else. (A baseline with an empty loop compiled differently, and a collection that fell into its setup but
+        not the probe's made figures wander by 100,000s of fuel, even below zero.) Heap bytes are
+        micropython.mem_total() deltas (every byte allocated, freed or not).
         """
-        probe = (
-            "import micropython\n" + setup + "\n"
-            "__m0 = micropython.mem_total()\n"
-            "for __i in range(%d):\n" % repeat
-            + "\n".join("    " + line for line in work.strip("\n").splitlines())
-            + "\nprint('@@HEAP', micropython.mem_total() - __m0)\n"
-        )
-        baseline = (
-            "import micropython\n" + setup + "\n"
-            "__m0 = micropython.mem_total()\n"
-            "for __i in range(%d):\n    pass\n" % repeat
-            + "print('@@HEAP', micropython.mem_total() - __m0)\n"
-        )
-        out_w, fuel_w = self.run(probe)
-        out_b, fuel_b = self.run(baseline)
-        heap_w = int(out_w.rsplit("@@HEAP", 1)[1].split()[0])
-        heap_b = int(out_b.rsplit("@@HEAP", 1)[1].split()[0])
-        return (fuel_w - fuel_b) / repeat, (heap_w - heap_b) / repeat
+        def program(count):
+            return ("import micropython\n" + setup + "\n"
+                    "__m0 = micropython.mem_total()\n"
+                    "for __i in range(%d):\n" % count
+                    + "\n".join("    " + line for line in work.strip("\n").splitlines())
+                    + "\nprint('@@HEAP', micropython.mem_total() - __m0)\n")
+
+        out_1, fuel_1 = self.run(program(repeat))
+        out_2, fuel_2 = self.run(program(2 * repeat))
+        heap_1 = int(out_1.rsplit("@@HEAP", 1)[1].split()[0])
+        heap_2 = int(out_2.rsplit("@@HEAP", 1)[1].split()[0])
+        return (fuel_2 - fuel_1) / repeat, (heap_2 - heap_1) / repeat
