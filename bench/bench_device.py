@@ -205,6 +205,7 @@ def stage(binary=None, firmware_mpy=False, frozen=False):
         shutil.copy(path, hw)
     shutil.copy(os.path.join(REPO, "bench", "device", "runner.py"), root)
     shutil.copy(os.path.join(REPO, "bench", "device", "pystone_lowmem.py"), root)
+    shutil.copy(os.path.join(REPO, "bench", "device", "s3_clock.py"), root)
     if frozen:
         for name in FROZEN_PACKAGES + ("lib",):
             shutil.rmtree(os.path.join(root, name))

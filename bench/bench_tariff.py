@@ -28,21 +28,9 @@ SCRIPT = r"""
 import sys
 sys.path[:0] = ["hw", ".", "lib"]
 import benchclock
+from s3_clock import pystone_samples
 
-
-class CpuTime:
-    @staticmethod
-    def ticks_ms():
-        return benchclock.cpu_us() // 1000
-
-    @staticmethod
-    def ticks_diff(a, b):
-        return (a - b) % ((1 << 30) // 1000)
-
-
-sys.modules["utime"] = CpuTime
-import pystone_lowmem
-per_s = sorted(pystone_lowmem.pystones(20000)[1] for _ in range(3))[1]
+per_s = pystone_samples(20000)[1]
 factor = per_s / @S3@
 out = {"pystones": per_s}
 

@@ -23,6 +23,7 @@ import array
 import gc
 
 import benchclock
+from s3_clock import pystone_samples   # imported before the baseline: its code is not the firmware's heap
 import sys
 import time as _unix_time   # the port's built-in time, before hw/time.py (CircuitPython's time) shadows it
 
@@ -498,27 +499,6 @@ def write_settings():
         json.dump(doc, f)
 
 
-class CpuTime:
-    """pystone_lowmem's utime: ticks_ms in this process's CPU time (benchclock), like the firmware's steps."""
-
-    @staticmethod
-    def ticks_ms():
-        return benchclock.cpu_us() // 1000
-
-    @staticmethod
-    def ticks_diff(a, b):
-        return (a - b) % ((1 << 30) // 1000)
-
-
-def pystone(loops=PYSTONE_LOOPS):
-    """pystones per second of this interpreter now (micropython-pystone_lowmem 3.4.2-4, imported before the
-    firmware's baseline so its code is not counted as the firmware's heap)."""
-    import pystone_lowmem
-
-    _, per_s = pystone_lowmem.pystones(loops)
-    return per_s
-
-
 class Schedule:
     """Periodic client actions: (period ms, first at ms, action)."""
 
@@ -548,10 +528,9 @@ def main():
     result = {"mode": MODE, "seconds": SECONDS}
     samples = []
     if "nopystone" not in FLAGS and MODE != "boot":
-        sys.modules["utime"] = CpuTime        # pystone_lowmem's import name of time
         # Three runs on a clean heap, the median: pystone allocates, and in a heap the firmware has filled it would
         # measure the collector, not the interpreter (the firmware's own collections are in its step times).
-        samples.extend(sorted(pystone() for _ in range(3)))
+        samples.extend(pystone_samples(PYSTONE_LOOPS))
         samples[:] = [samples[1]] + samples
         # The device clock: the firmware's work takes (this interpreter's pystones / the S3's) as long as here.
         _hostenv.factor = samples[0] / S3_PYSTONES
