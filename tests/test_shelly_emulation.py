@@ -17,6 +17,7 @@ from services.emulation.shelly_rpc import Identity, RpcError
 from services.emulation.shelly_udp import ShellyUdp
 from services.emulation.shelly_ws import ShellyWs
 from tests.steppedclock import SteppedClock
+from tools import vm_fakes
 from tools.mpvm import MicroVM
 
 IDENT = Identity("a0b1c2d3e4f5", "Meter Plus", "0.1.0")
@@ -168,10 +169,12 @@ for m, v in %r:
 
 # --- the UDP listener and the WebSocket session on fake sockets (CircuitPython's socketpool API) ---
 
-class FakeUdp:
-    """A socketpool UDP socket: recvfrom_into raises EAGAIN when empty, sendto returns the byte count."""
+class FakeUdp(vm_fakes.Sock):
+    """A socketpool UDP socket (the VM tests' fake, shared inbox): sent keeps what was sent, bind and close are
+    recorded, blocking mode is refused."""
 
     def __init__(self, inbox):
+        super().__init__()
         self.inbox = inbox
         self.sent = []
         self.bound = None
@@ -182,13 +185,6 @@ class FakeUdp:
 
     def bind(self, addr):
         self.bound = addr
-
-    def recvfrom_into(self, buf):
-        if not self.inbox:
-            raise OSError(errno.EAGAIN)
-        data, addr = self.inbox.pop(0)
-        buf[:len(data)] = data
-        return len(data), addr
 
     def sendto(self, data, addr):
         self.sent.append((bytes(data), addr))
