@@ -179,6 +179,18 @@ def copy_libraries(dest, ignore):
             shutil.copy(path, dest)
 
 
+def add_bench_tools(root):
+    """Beside a drive's files in root: hw/ with the hardware stand-ins, and the runner with what it imports."""
+    hw = os.path.join(root, "hw")
+    os.makedirs(hw)
+    for name in HOST_STAND_INS:
+        shutil.copy(os.path.join(REPO, "host", "cp", name + ".py"), hw)
+    for path in glob.glob(os.path.join(REPO, "bench", "device", "stand_ins", "*.py")):
+        shutil.copy(path, hw)
+    for name in ("runner.py", "pystone_lowmem.py", "s3_clock.py"):
+        shutil.copy(os.path.join(REPO, "bench", "device", name), root)
+
+
 def stage(binary=None, firmware_mpy=False, frozen=False):
     """A temporary CIRCUITPY drive: the firmware, lib/ with the device libraries, hw/ with the stand-ins.
 
@@ -197,15 +209,7 @@ def stage(binary=None, firmware_mpy=False, frozen=False):
             shutil.copy(src, root)
     os.makedirs(os.path.join(root, "lib"))
     copy_libraries(os.path.join(root, "lib"), ignore)
-    hw = os.path.join(root, "hw")
-    os.makedirs(hw)
-    for name in HOST_STAND_INS:
-        shutil.copy(os.path.join(REPO, "host", "cp", name + ".py"), hw)
-    for path in glob.glob(os.path.join(REPO, "bench", "device", "stand_ins", "*.py")):
-        shutil.copy(path, hw)
-    shutil.copy(os.path.join(REPO, "bench", "device", "runner.py"), root)
-    shutil.copy(os.path.join(REPO, "bench", "device", "pystone_lowmem.py"), root)
-    shutil.copy(os.path.join(REPO, "bench", "device", "s3_clock.py"), root)
+    add_bench_tools(root)
     if frozen:
         for name in FROZEN_PACKAGES + ("lib",):
             shutil.rmtree(os.path.join(root, name))

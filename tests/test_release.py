@@ -349,13 +349,7 @@ def test_the_mpy_drive_image_boots_on_the_device_bench(tmp_path):
     drive = tmp_path / "drive"
     with zipfile.ZipFile(drive_zip(str(tmp_path / "d" / "meterplus-0.1.0"))) as z:
         z.extractall(drive)
-    # the bench's hardware stand-ins (C modules on the device) and its runner, beside the drive's files
-    (drive / "hw").mkdir()
-    for name in bd.HOST_STAND_INS:
-        shutil.copy(os.path.join(ROOT, "host", "cp", name + ".py"), drive / "hw")
-    for path in glob.glob(os.path.join(ROOT, "bench", "device", "stand_ins", "*.py")):
-        shutil.copy(path, drive / "hw")
-    shutil.copy(os.path.join(ROOT, "bench", "device", "runner.py"), drive)
+    bd.add_bench_tools(str(drive))   # the hardware stand-ins (C modules on the device) and the runner
     res = subprocess.run([binary, "-X", "heapsize=1024k", "runner.py", str(bd.BOOT_SECONDS), "boot"], cwd=drive,
                          capture_output=True, text=True, timeout=bd.BOOT_SECONDS + 120)
     result = [json.loads(line[10:]) for line in res.stdout.splitlines() if line.startswith("@@BENCH@@ ")]
