@@ -597,3 +597,33 @@ def test_a_connection_being_handed_over_is_no_longer_counted_as_the_servers():
         assert seen[-1] == 0
     finally:
         h.stop()
+
+
+def test_the_connection_being_answered_is_not_counted_whenever_its_request_completed():
+    """/system/info's open_connections is counted while its own request is answered: whether that request came
+    whole at accept (never in the table) or in parts over several polls (in the table), the asker does not count,
+    so the figure says the same for the same state of the server."""
+    seen = []
+
+    def info(request):
+        seen.append(h.server.other_connections())
+        if len(seen) == 2:
+            held.append(h.server.connections())
+        return JSONResponse(request, {"ok": True})
+
+    held = []
+    h = Harness([Route("/info", GET, info)])
+    try:
+        whole = socket.create_connection(("127.0.0.1", h.port), timeout=2)
+        whole.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_all(whole, h)
+        split = h.connect()                                 # in the table: its request is not complete yet
+        split.sendall(b"GET /info HTTP/1.1\r\n")
+        h.poll(2)
+        assert h.server.connections() == 1
+        split.sendall(b"Host: x\r\n\r\n")
+        read_all(split, h)
+        assert seen == [0, 0]
+        assert held == [1]                                  # the socket budget still counts the asker's socket
+    finally:
+        h.stop()

@@ -134,6 +134,7 @@ class HardenedServer(Server):
         self._conns = []
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
         self._handing = None       # the connection whose socket take_over is getting: no longer the server's
+        self._answering = None     # the connection whose request the handler is answering now
         self._bad_peer = [None] * self.bad_peers   # addresses whose connections stalled or timed out, and when
         self._bad_at = [0] * self.bad_peers
         self.counters = {}
@@ -171,6 +172,15 @@ class HardenedServer(Server):
         """Connections currently open (one being handed over to its taker no longer counts)."""
         n = len(self._conns)
         if self._handing is not None and self._handing in self._conns:
+            n -= 1
+        return n
+
+    def other_connections(self):
+        """connections() besides the one whose request is being answered now, for a figure a request reports: a
+        request answered at accept was never in the table, one answered a poll later is, and the asker must not
+        count either way. (The socket budget counts it: its socket is held.)"""
+        n = self.connections()
+        if self._answering is not None and self._answering in self._conns:
             n -= 1
         return n
 
@@ -502,7 +512,11 @@ class HardenedServer(Server):
             for values in request.query_params._storage.values():
                 for i in range(len(values)):
                     values[i] = unquote(values[i])
-            response = self._dispatch(request)
+            self._answering = c
+            try:
+                response = self._dispatch(request)
+            finally:
+                self._answering = None
             c.after = getattr(request, "after_sent", None)
             c.take_over = getattr(request, "take_over", None)
             if not c.slotted and isinstance(response, ChunkedResponse) and not self._room_for(c, now, True)[0]:

@@ -498,7 +498,7 @@ class HttpApi(Module):
         d = Module.describe(self)
         if self._server is not None:
             d.update(self._server.counters)
-            d["open_connections"] = self._server.connections()
+            d["open_connections"] = self._server.other_connections()   # besides the asker, if a request asks
         budget = getattr(self._app, "sockets", None)
         if budget is not None:   # core/sockbudget.py: sockets the firmware holds now, openings refused for HTTP's sake
             d["sockets_held"] = budget.held()
