@@ -627,3 +627,50 @@ def test_the_connection_being_answered_is_not_counted_whenever_its_request_compl
         assert held == [1]                                  # the socket budget still counts the asker's socket
     finally:
         h.stop()
+
+
+def _from(h, source):
+    """A connection to the harness from source (a 127.0.0.x address), accepted by the next polls."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", h.port))
+    h.poll(2)
+    return s
+
+
+@pytest.mark.parametrize("flooding", [False, True])
+def test_a_flooders_unfinished_connection_gives_its_slot_to_a_polite_newcomer(hello, flooding):
+    """Both slots hold connections whose requests have not come yet, from two addresses that do not stall; a third
+    address connects and its request also comes a moment late. When the rate limits refuse one of the two (it
+    floods), its connection gives way and the newcomer is answered; when neither floods, every address keeps its
+    one slot and the newcomer is closed (the floor: one slot per address that behaves)."""
+    hello.server.flooding = lambda peer, now: flooding and peer == "127.0.0.2"
+    a, b = _from(hello, "127.0.0.2"), _from(hello, "127.0.0.3")
+    try:
+        for s in (a, b):
+            s.sendall(b"GET /hi HTTP/1.1\r\n")
+        hello.poll(2)
+        assert hello.server.connections() == 2
+        polite = _from(hello, "127.0.0.4")         # accepted with no byte of its request yet
+        polite.sendall(b"GET /hi HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_all(polite, hello)
+        if flooding:
+            assert answer.startswith(b"HTTP/1.1 200 OK") and hello.server.counters["evicted"] == 1
+            assert closed_by_peer_or_reset(a)
+        else:
+            assert answer == b"" and hello.server.counters["refused"] == 1
+        b.sendall(b"Host: x\r\n\r\n")
+        assert read_all(b, hello).startswith(b"HTTP/1.1 200 OK")   # the one that behaves kept its slot
+    finally:
+        a.close()
+        b.close()
+
+
+def closed_by_peer_or_reset(s):
+    """True when the server closed s (an empty read or a reset)."""
+    s.settimeout(1)
+    try:
+        return s.recv(100) == b""
+    except ConnectionResetError:
+        return True

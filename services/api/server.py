@@ -135,6 +135,7 @@ class HardenedServer(Server):
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
         self._handing = None       # the connection whose socket take_over is getting: no longer the server's
         self._answering = None     # the connection whose request the handler is answering now
+        self.flooding = None       # (peer, now) -> True while the API's rate limits refuse peer (HttpApi sets it)
         self._bad_peer = [None] * self.bad_peers   # addresses whose connections stalled or timed out, and when
         self._bad_at = [0] * self.bad_peers
         self.counters = {}
@@ -303,11 +304,19 @@ class HardenedServer(Server):
                 return elapsed(now, self._bad_at[i]) < self.bad_ms
         return False
 
+    def _misbehaving(self, peer, now):
+        """True when peer stalled lately or the API's rate limits refuse it now (flooding)."""
+        if self._stalling(peer, now):
+            return True
+        return self.flooding is not None and peer is not None and self.flooding(peer, now)
+
     def _floor_victim(self, c, now):
-        """For a newcomer c still receiving, whose address holds no slot and has not stalled: the oldest receiving
-        connection of a stalling address (its floor: one slot per address that behaves, whatever the others
-        hold), else None."""
-        if self._stalling(c.peer, now):
+        """For a newcomer c still receiving, whose address holds no slot and behaves: the oldest receiving
+        connection of an address that stalls or floods (its floor: one slot per address that behaves, whatever the
+        others hold), else None. A flooder's request often lands a moment after its connection (then it holds a
+        slot still receiving), and so does an honest one's: without this, eight flooding addresses could fill
+        both slots at the moment a battery's connection came, and it was closed."""
+        if self._misbehaving(c.peer, now):
             return None
         for d in self._conns:
             if d.peer == c.peer:
@@ -315,7 +324,7 @@ class HardenedServer(Server):
         worst = None
         worst_age = -1
         for d in self._conns:
-            if d.phase == _RECV and self._stalling(d.peer, now):
+            if d.phase == _RECV and self._misbehaving(d.peer, now):
                 age = elapsed(now, d.since)
                 if age > worst_age:
                     worst, worst_age = d, age

@@ -168,6 +168,13 @@ class RateLimiter:
         """True for an address refused within the window."""
         return e[3] is not None and fresh(e[3], now, self.window_ms)
 
+    def flooding(self, who, now):
+        """True when address who was refused within the window (allocates nothing)."""
+        for e in self._seen:
+            if e[0] == who:
+                return self._flooding(e, now)
+        return False
+
     def _floors(self, mine, now):
         """(share of a polite address, share of a flooding one); (limit, limit) while mine is alone."""
         polite = 0
@@ -282,12 +289,19 @@ class HttpApi(Module):
         self._open_paths = tuple(open_paths)
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
         server.accept_every_ms = self.accept_every_ms
+        server.flooding = self._refused_lately   # a flooder's unfinished connection gives way to a polite one
         routes = []
         for mod in self._route_modules:
             routes.extend(mod.routes(self._app))
         self._routes = routes
         server.start(self.host, self.port)
         self._server = server
+
+    def _refused_lately(self, peer, now):
+        """True while a rate limit refuses peer (it was refused within the window); asked only with both slots
+        full."""
+        return self.limiter.flooding(peer, now) or self.emulation_limiter.flooding(peer, now) or \
+            self.page_limiter.flooding(peer, now) or self.unauthenticated_limiter.flooding(peer, now)
 
     def poll(self, now_ms):
         # Time-limited state is expired here, once a second (allow() prunes before it decides), so no stamp grows
