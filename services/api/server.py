@@ -170,20 +170,19 @@ class HardenedServer(Server):
             Server.stop(self)
 
     def connections(self):
-        """Connections currently open (one being handed over to its taker no longer counts)."""
+        """Connections currently open: the table, and a newcomer answered at accept while its handler runs (not in
+        the table, but its socket is held); one being handed over to its taker no longer counts."""
         n = len(self._conns)
         if self._handing is not None and self._handing in self._conns:
             n -= 1
+        if self._answering is not None and self._answering not in self._conns:
+            n += 1
         return n
 
     def other_connections(self):
-        """connections() besides the one whose request is being answered now, for a figure a request reports: a
-        request answered at accept was never in the table, one answered a poll later is, and the asker must not
-        count either way. (The socket budget counts it: its socket is held.)"""
+        """connections() besides the one whose request is being answered now (the figure that request reports)."""
         n = self.connections()
-        if self._answering is not None and self._answering in self._conns:
-            n -= 1
-        return n
+        return n - 1 if self._answering is not None else n
 
     def poll(self):
         """Advance every connection by one non-blocking step, then accept; never raises, never waits."""
@@ -308,7 +307,7 @@ class HardenedServer(Server):
         """True when peer stalled lately or the API's rate limits refuse it now (flooding)."""
         if self._stalling(peer, now):
             return True
-        return self.flooding is not None and peer is not None and self.flooding(peer, now)
+        return self.flooding is not None and self.flooding(peer, now)
 
     def _floor_victim(self, c, now):
         """For a newcomer c still receiving, whose address holds no slot and behaves: the oldest receiving
