@@ -27,7 +27,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from host.ntp_server import scaled_clock, start_ntp_server  # noqa: E402
-from tests.hostproc import HostProcess  # noqa: E402
+from tests.hostproc import HostProcess, meter_time_args  # noqa: E402
 from tests.mqtt_peers import Broker, Subscriber  # noqa: E402
 
 EPOCH0 = 1_773_532_800          # 2026-03-15 00:00 UTC
@@ -169,7 +169,8 @@ def run(days, speed, work, report=print):
     ntp = "%s:%d" % (ntp_host, ntp_port)
     clients = {"mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1},
                "modbus": {"enable": True}}
-    host = HostProcess(os.path.join(work, "drive"), args=["--speed", str(speed), "--ntp", ntp], settings=clients)
+    args = ["--speed", str(speed), "--ntp", ntp] + meter_time_args(EPOCH0)
+    host = HostProcess(os.path.join(work, "drive"), args=args, settings=clients)
     rest = {code: _Monotone("REST latest " + code) for code in ENERGY_CODES}
     quarter_totals = {key: _Monotone("REST highRes " + key[:6]) for key in ("import_total_kWh", "export_total_kWh")}
     samples = []            # (simulated s since start, rss KB, fds, uptime s)

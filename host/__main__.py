@@ -37,6 +37,18 @@ def _port(text):
     return value
 
 
+def _time_of_day(text):
+    """HH:MM -> seconds after midnight."""
+    try:
+        hh, mm = text.split(":")
+        h, m = int(hh), int(mm)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not HH:MM: %r" % text)
+    if not (0 <= h <= 23 and 0 <= m <= 59):
+        raise argparse.ArgumentTypeError("not a time of day (00:00-23:59): %r" % text)
+    return h * 3600 + m * 60
+
+
 def parse_args(argv):
     """The runtime's flags; argparse exits with status 2 and a message on bad ones."""
     p = argparse.ArgumentParser(prog="python -m host", description=__doc__)
@@ -45,6 +57,9 @@ def parse_args(argv):
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--state", default=".host", help="folder acting as the CIRCUITPY drive (default .host/)")
     p.add_argument("--meter", default="sim", help="sim, a capture file (hex or binary) or a serial device")
+    p.add_argument("--meter-time", type=_time_of_day, default=None, metavar="HH:MM",
+                   help="time of day the simulated household starts at (its load and midday PV export follow it; "
+                        "default: this computer's local time)")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated clock speed factor (default 1)")
     p.add_argument("--ntp", default="local", help="local (computer clock), HOST[:PORT], or fail")
     p.add_argument("--led", action="store_true", help="draw the status LED in the terminal")
@@ -286,7 +301,7 @@ def main(argv=None):
     from host import meter_source  # noqa: E402
 
     try:
-        _hostenv.meter_source = meter_source.open_source(args.meter, state)
+        _hostenv.meter_source = meter_source.open_source(args.meter, state, start_tod_s=args.meter_time)
     except (OSError, ValueError) as exc:
         sys.stderr.write("python -m host: error: --meter: %s\n" % exc)
         return EXIT_BAD_FLAGS

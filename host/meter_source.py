@@ -268,11 +268,13 @@ class SerialSource:
         return self.ser.fileno()
 
 
-def open_source(arg, state_dir=None):
+def open_source(arg, state_dir=None, start_tod_s=None):
     """The source for --meter: "sim", a capture file, or a serial device. The simulated meter keeps its counters
-    next to the state folder (STATE.meter.json), so they count on across restarts as a real meter's do."""
+    next to the state folder (STATE.meter.json), so they count on across restarts as a real meter's do; its day
+    starts at start_tod_s (seconds after midnight; None: this computer's local time)."""
     if arg == "sim":
-        return SimMeter(counters_path=None if state_dir is None else state_dir.rstrip("/") + ".meter.json")
+        return SimMeter(start_tod_s=start_tod_s,
+                        counters_path=None if state_dir is None else state_dir.rstrip("/") + ".meter.json")
     if os.path.isfile(arg):
         return ReplaySource(arg)
     if arg.startswith("/dev/") or arg.upper().startswith("COM"):

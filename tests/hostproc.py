@@ -23,6 +23,16 @@ def retry_after_s(headers, default=1.0):
     return float(value) if value.isdigit() else default
 
 
+def meter_time_args(epoch, zone="Europe/Berlin"):
+    """["--meter-time", "HH:MM"]: the simulated household starts at the device's local time of epoch (a test with a
+    simulated clock must not import or export by the hour CI happens to run at: PV exports at midday)."""
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    local = datetime.fromtimestamp(epoch, timezone.utc).astimezone(ZoneInfo(zone))
+    return ["--meter-time", "%02d:%02d" % (local.hour, local.minute)]
+
+
 def http_request(url, data=None, method=None, timeout=5, headers=None, retry_429_for=RETRY_429_FOR_S):
     """(status, body bytes, headers); a 429 is honoured as the spec asks clients: wait Retry-After, ask again.
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from host.ntp_server import scaled_clock, start_ntp_server
-from tests.hostproc import HostProcess, http_request
+from tests.hostproc import HostProcess, http_request, meter_time_args
 from tests.mqtt_peers import Subscriber
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def set_ct(host, value):
 def test_raise_lower_and_restart_keep_every_total_continuous(tmp_path, ntp, broker):
     drive = tmp_path / "drive"
     sub = Subscriber(broker.port, topics=(STATE_TOPIC,), client_id="ct-ratio-sub")
-    host = HostProcess(drive, args=["--speed", str(SPEED), "--ntp", ntp], settings={
+    host = HostProcess(drive, args=["--speed", str(SPEED), "--ntp", ntp] + meter_time_args(EPOCH0), settings={
         "mqtt": {"enable": True, "host": "127.0.0.1", "port": broker.port, "sendInterval": 1}}).start()
     seen = []
     try:

@@ -11,7 +11,7 @@ from aio_wattwaechter import Wattwaechter
 
 from host.ntp_server import scaled_clock, start_ntp_server
 from tests.history_powercut import history_path, read_file
-from tests.hostproc import HostProcess
+from tests.hostproc import HostProcess, meter_time_args
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def ntp():
 
 def test_a_day_of_quarter_hours_accrues_at_speed_900_and_the_client_reads_it(tmp_path, ntp):
     sim, server = ntp
-    host = HostProcess(tmp_path / "drive", args=["--speed", "900", "--ntp", server]).start()
+    host = HostProcess(tmp_path / "drive", args=["--speed", "900", "--ntp", server] + meter_time_args(EPOCH0)).start()
     try:
         day1, day2 = "2026-06-21", "2026-06-22"
         time.sleep(100)                                # 25 simulated hours
@@ -71,7 +71,7 @@ def test_sigterm_flushes_the_batch_waiting_in_ram(tmp_path, ntp):
     os.makedirs(drive)
     with open(drive / "settings.json", "w") as f:
         json.dump({"history": {"flushMinutes": 1440}}, f)   # nothing is flushed by time in this test
-    host = HostProcess(drive, args=["--speed", "900", "--ntp", server]).start()
+    host = HostProcess(drive, args=["--speed", "900", "--ntp", server] + meter_time_args(EPOCH0)).start()
     try:
         served = host.wait_for(lambda: _served(host), timeout=60)
         time.sleep(3)                                     # 45 simulated minutes more

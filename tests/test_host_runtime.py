@@ -21,6 +21,8 @@ def run_host(*args, timeout=20):
     (["--http-port", "70000"], "--http-port"),
     (["--modbus-port", "x"], "--modbus-port"),
     (["--meter", "/nonexistent/capture.hex"], "--meter"),
+    (["--meter-time", "25:00"], "--meter-time"),
+    (["--meter-time", "noon"], "--meter-time"),
     (["--frobnicate"], "unrecognized arguments"),
 ])
 def test_bad_flags_exit_2_with_a_clear_message(args, message, tmp_path):

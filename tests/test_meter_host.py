@@ -177,6 +177,14 @@ def test_open_source_choices():
         open_source(os.path.join(CAPTURES, "nothing-here"))
 
 
+def test_the_simulated_household_starts_at_the_time_it_is_given():
+    # --meter-time: a test with a simulated clock imports at night and exports at noon whatever hour it runs at
+    night = open_source("sim", start_tod_s=2 * 3600)
+    noon = open_source("sim", start_tod_s=12 * 3600)
+    assert all(night.power_at(t) > 0 for t in range(0, 3 * 3600, 600))
+    assert all(noon.power_at(t) < 0 for t in range(0, 3600, 600))
+
+
 def test_load_capture_hex_or_binary():
     assert load_capture(b"1b1b 1b1b\n") == b"\x1b\x1b\x1b\x1b"
     assert load_capture(b"/EBZ\r\n!") == b"/EBZ\r\n!"

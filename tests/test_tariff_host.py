@@ -10,7 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from host.ntp_server import scaled_clock, start_ntp_server
-from tests.hostproc import HostProcess
+from tests.hostproc import HostProcess, meter_time_args
 from tests.price_server import PriceServer
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def test_dynamic_tariff_end_to_end_on_the_host_runtime(tmp_path):
     os.makedirs(drive)
     with open(drive / "settings.json", "w") as f:
         json.dump({"history": {"flushMinutes": 1}}, f)
-    host = HostProcess(drive, args=["--speed", "300", "--ntp", "%s:%d" % (h, p)]).start()
+    host = HostProcess(drive, args=["--speed", "300", "--ntp", "%s:%d" % (h, p)] + meter_time_args(EPOCH0)).start()
     try:
         status, answer = raw_post(host, "/api/v1/settings", '{"tariff": {"mode": "dynamic", "surcharge": 0.1532, '
                                   '"vatPercent": 19, "exportPrice": 0.0786, "priceUrl": "%s"}}' % srv.energy_charts_url)

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from host.ntp_server import scaled_clock, start_ntp_server
+from tests.hostproc import meter_time_args
 from tests.price_server import PriceServer
 from tests.test_api_harness import start_host
 from tests.test_tariff_host import EPOCH0
@@ -27,7 +28,7 @@ def priced(tmp_path_factory):
                 "tariff": {"mode": "dynamic", "surcharge": "0.1532", "vatPercent": "19", "exportPrice": "0.0786",
                            "priceUrl": srv.energy_charts_url}}
     host = start_host(tmp_path_factory, "web-money", settings=settings,
-                      args=("--speed", "300", "--ntp", "%s:%d" % (h, p)))
+                      args=["--speed", "300", "--ntp", "%s:%d" % (h, p)] + meter_time_args(EPOCH0))
     try:
         host.wait_for(lambda: (lambda r: r[0] == 200 and r[1]["fetch"]["state"] == "ok")(
             host.get("/api/v1/tariff")), timeout=60)
