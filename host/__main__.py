@@ -3,6 +3,7 @@
 import argparse
 import gc
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -38,15 +39,11 @@ def _port(text):
 
 
 def _time_of_day(text):
-    """HH:MM -> seconds after midnight."""
-    try:
-        hh, mm = text.split(":")
-        h, m = int(hh), int(mm)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not HH:MM: %r" % text)
-    if not (0 <= h <= 23 and 0 <= m <= 59):
-        raise argparse.ArgumentTypeError("not a time of day (00:00-23:59): %r" % text)
-    return h * 3600 + m * 60
+    """HH:MM (00:00-23:59) -> seconds after midnight."""
+    found = re.fullmatch(r"([01][0-9]|2[0-3]):([0-5][0-9])", text)
+    if found is None:
+        raise argparse.ArgumentTypeError("not a time of day HH:MM (00:00-23:59): %r" % text)
+    return int(found.group(1)) * 3600 + int(found.group(2)) * 60
 
 
 def parse_args(argv):

@@ -23,13 +23,16 @@ def retry_after_s(headers, default=1.0):
     return float(value) if value.isdigit() else default
 
 
-def meter_time_args(epoch, zone="Europe/Berlin"):
-    """["--meter-time", "HH:MM"]: the simulated household starts at the device's local time of epoch (a test with a
-    simulated clock must not import or export by the hour CI happens to run at: PV exports at midday)."""
+def meter_time_args(epoch):
+    """["--meter-time", "HH:MM"]: the simulated household starts at the local time of epoch in the device's default
+    zone (a test with a simulated clock must not import or export by the hour CI happens to run at: PV exports at
+    midday)."""
     from datetime import datetime, timezone
     from zoneinfo import ZoneInfo
 
-    local = datetime.fromtimestamp(epoch, timezone.utc).astimezone(ZoneInfo(zone))
+    from core.settings import DEFAULTS
+
+    local = datetime.fromtimestamp(epoch, timezone.utc).astimezone(ZoneInfo(DEFAULTS["timezone"]))
     return ["--meter-time", "%02d:%02d" % (local.hour, local.minute)]
 
 

@@ -23,6 +23,8 @@ def run_host(*args, timeout=20):
     (["--meter", "/nonexistent/capture.hex"], "--meter"),
     (["--meter-time", "25:00"], "--meter-time"),
     (["--meter-time", "noon"], "--meter-time"),
+    (["--meter-time", "+1:00"], "--meter-time"),
+    (["--meter-time", "12:5"], "--meter-time"),
     (["--frobnicate"], "unrecognized arguments"),
 ])
 def test_bad_flags_exit_2_with_a_clear_message(args, message, tmp_path):
@@ -104,6 +106,19 @@ def _latest_values(h):
         return body if status == 200 and body else None
 
     return h.wait_for(fresh, timeout=30)
+
+
+@pytest.mark.slow
+def test_meter_time_sets_the_households_hour_whatever_the_computers(tmp_path):
+    # Started at 02:00 the simulated household imports (night load), at 12:00 it exports (PV): one of the two
+    # would fail if the flag did not reach the meter, at whatever hour this runs.
+    for hhmm, importing in (("02:00", True), ("12:00", False)):
+        h = HostProcess(tmp_path / hhmm.replace(":", ""), args=["--meter-time", hhmm]).start()
+        try:
+            power = _latest_values(h)["16.7.0"]["value"]
+            assert (power > 0) == importing, (hhmm, power)
+        finally:
+            h.stop()
 
 
 @pytest.mark.slow
