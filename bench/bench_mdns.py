@@ -13,7 +13,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "host", "cp"))   # micropython.const for adafruit_ticks
 
 from tools.mpvm import MicroVM  # noqa: E402
-PYSTONE_LOOPS = 200
 
 # A fake CircuitPython UDP socket: recvfrom_into from a list, EAGAIN as one prebuilt OSError (the device raises a
 # fresh one: that allocation is the platform's, not the responder's), sendto counted.
@@ -93,19 +92,9 @@ def slope(vm, setup, work, a, b):
     return (fb * b - fa * a) / (b - a), (hb * b - ha * a) / (b - a)
 
 
-def pystone_fuel(vm):
-    setup = "import pystone_lowmem as p"
-    work = "p.Proc0(%d)" % PYSTONE_LOOPS
-    fuel, _heap = vm.measure(setup, work, repeat=2)
-    return fuel / PYSTONE_LOOPS
-
-
 def main(argv=()):
-    extra = ((os.path.join(HERE, "device", "pystone_lowmem.py"), "pystone_lowmem.py"),)
-    with MicroVM(packages=("core", "meter", "services"), extra_files=extra) as vm:
-        with open(os.path.join(vm.root, "utime.py"), "w") as f:
-            f.write("from time import ticks_ms, ticks_diff\n")
-        per_pystone = pystone_fuel(vm)
+    with MicroVM(packages=("core", "meter", "services")) as vm:
+        per_pystone = vm.pystone_fuel()
         rows = {}
         for name, (hexq, port) in QUERIES.items():
             fuel, heap, sent, size = measure(vm, name, hexq, port)

@@ -10,6 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Folders of pure modules: no hardware imports, so they must import and run in the VM.
 PURE_PACKAGES = ("core", "meter")
 DEFAULT_FUEL = 2_000_000_000
+PYSTONE_FILE = os.path.join(REPO, "bench", "device", "pystone_lowmem.py")   # the device bench's CPU yardstick
 # extra_files that make tools/vm_fakes.py importable in a snippet as vm_fakes (fake UDP sockets, settings).
 VM_FAKES = ((os.path.join(REPO, "tools", "vm_fakes.py"), "vm_fakes.py"),)
 
@@ -85,6 +86,15 @@ class MicroVM:
         if "@@VM-EXCEPTION@@" in out:
             raise VMError("exception inside MicroPython VM:\n" + out.split("@@VM-EXCEPTION@@", 1)[1])
         return out, fuel - result.fuel_remaining
+
+    def pystone_fuel(self, loops=200):
+        """Fuel of one pystone in this VM (micropython-pystone_lowmem, as the device bench runs it): the ESP32-S3
+        does ~1,000 pystones/s (README, the device bench), so fuel / this is ms on the S3."""
+        shutil.copy(PYSTONE_FILE, os.path.join(self.root, "pystone_lowmem.py"))
+        with open(os.path.join(self.root, "utime.py"), "w") as f:
+            f.write("from time import ticks_ms, ticks_diff\n")
+        fuel, _heap = self.measure("import pystone_lowmem as p", "p.Proc0(%d)" % loops, repeat=2)
+        return fuel / loops
 
     def measure(self, setup, work, repeat=10):
         """Fuel and heap bytes of one run of work, averaged over repeat runs, setup excluded.
