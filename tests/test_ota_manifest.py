@@ -5,6 +5,7 @@ import io
 import json
 
 import pytest
+from hypothesis import given, strategies as st
 
 from core.url import resolve, split_url
 from services.ota import manifest as m
@@ -245,3 +246,50 @@ def test_min_version():
         m.parse_manifest(doc(min_version="0.3.0"))
     with pytest.raises(m.ManifestError, match="min_version"):
         m.parse_manifest(doc(min_version="\u0669"))
+
+
+# ------------------------------------------------------------------ the character and dot rules, checked in C (strip)
+
+BAD_PATHS = ["core/a b.py", "core/\u00fc.py", "core/x.py\n", " core/x.py", "core/x\x00.py", "core\\x.py", "web/ä",
+             ".x", "core/.x/y.py", "core/./y.py", "core/x/..", "./code.py"]
+BAD_SHAS = [SHA[:30] + "g" + SHA[31:], "G" + SHA[1:], SHA[:-1] + "\u0661", SHA[:32] + " " + SHA[33:], "-" * 64]
+
+
+@pytest.mark.parametrize("path", BAD_PATHS)
+def test_a_bad_character_or_dot_part_anywhere_in_a_path_is_refused(path):
+    # path.strip(allowed) leaves what is outside the set wherever it is, not only at the ends
+    assert m.path_problem(path) is not None
+    with pytest.raises(m.ManifestError):
+        m.parse_manifest(doc(files=[{"path": "code.py", "size": 9, "sha256": SHA},
+                                    {"path": path, "size": 9, "sha256": SHA}]))
+
+
+@pytest.mark.parametrize("sha", BAD_SHAS)
+def test_a_non_hex_digit_anywhere_in_a_sha256_is_refused(sha):
+    with pytest.raises(m.ManifestError, match="sha256"):
+        m.parse_manifest(doc(files=[{"path": "code.py", "size": 9, "sha256": sha}]))
+
+
+@given(st.text(alphabet="ab./-_ Z9\u00fc\\:", max_size=12))
+def test_the_path_rules_are_the_per_character_and_per_part_rules(text):
+    path = "core/" + text
+    chars_ok = all(c in m._PATH_CHARS for c in path)
+    parts_ok = not any(part.startswith(".") for part in path.split("/"))
+    if not chars_ok or not parts_ok or path.endswith("/") or "//" in path:
+        assert m.path_problem(path) is not None
+    else:
+        assert m.path_problem(path) is None
+
+
+def test_the_path_and_sha256_rules_agree_inside_micropython():
+    """str.strip(chars) on the device's VM: the same verdicts as on CPython."""
+    from tools.mpvm import MicroVM
+
+    paths = BAD_PATHS + ["core/a.py", "web/app.js.gz", "services/ota/x_y-z.py", "code.py"]
+    shas = BAD_SHAS + [SHA]
+    with MicroVM(packages=("core", "services")) as vm:
+        out, _fuel = vm.run("from services.ota import manifest as m\n"
+                            "print([m.path_problem(p) is None for p in %r])\n"
+                            "print([not s.strip(m._HEX) for s in %r])\n" % (paths, shas))
+    assert out.split("\n")[:2] == [str([m.path_problem(p) is None for p in paths]),
+                                   str([False] * len(BAD_SHAS) + [True])]

@@ -47,14 +47,14 @@ def path_problem(path):
     """Why path may not be replaced by an update, or None (application files only: docs/ota.md)."""
     if not isinstance(path, str) or not path or len(path) > 96:
         return "path must be 1 to 96 characters"
-    for ch in path:
-        if ch not in _PATH_CHARS:
-            return "path may hold letters, digits, . _ - and / only"
+    # What strip(allowed) leaves is a character outside the set. It runs in C: a 150-file manifest is validated in
+    # one poll of 294 S3 ms, not the 900 of a loop over every character (docs/ota.md).
+    if path.strip(_PATH_CHARS):
+        return "path may hold letters, digits, . _ - and / only"
     if path.startswith("/") or path.endswith("/") or "//" in path:
         return "path must be relative to the drive root"
-    for part in path.split("/"):
-        if part in (".", "..") or part.startswith("."):
-            return "path parts must not start with a dot"
+    if path.startswith(".") or "/." in path:   # a part that starts with a dot (".", "..", ".hidden")
+        return "path parts must not start with a dot"
     if path == "boot.py":
         return "boot.py is the rollback anchor and is not updated over the network (update it over USB)"
     if path in PROTECTED:
@@ -69,9 +69,8 @@ def path_problem(path):
 
 def base_problem(base):
     """Why base is not a folder relative to the manifest's (no scheme, host, absolute path or ..), or None."""
-    for ch in base:
-        if ch not in _PATH_CHARS:
-            return "letters, digits, . _ - and / only"
+    if base.strip(_PATH_CHARS):
+        return "letters, digits, . _ - and / only"
     if base.startswith("/") or "//" in base:
         return "no absolute path or host"
     for part in base.split("/"):
@@ -132,7 +131,7 @@ def parse_manifest(data):
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
             raise ManifestError("%s: size must be 0 to %d bytes" % (path, MAX_FILE_BYTES))
         sha = entry.get("sha256")
-        if not isinstance(sha, str) or len(sha) != 64 or any(c not in _HEX for c in sha):
+        if not isinstance(sha, str) or len(sha) != 64 or sha.strip(_HEX):
             raise ManifestError("%s: sha256 must be 64 lower-case hex digits" % path)
         total += size
         out.append((path, size, sha))
