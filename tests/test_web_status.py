@@ -4,7 +4,7 @@ glance on every page, in words, from the one /system/info the shell polls every 
 import pytest
 
 from tests.test_api_harness import host_fixture
-from tests.test_web_ui import WEB_MARKS, _page, _today, browser  # noqa: F401  (browser: the module's Chromium fixture)
+from tests.test_web_ui import WEB_MARKS, _page, _today, browser, rounded_as_shown  # noqa: F401  (browser: the module's Chromium fixture)
 
 pytestmark = WEB_MARKS
 device = host_fixture("web-status", reading=True)   # the first test expects the meter chip live
@@ -89,9 +89,9 @@ def test_the_dashboard_shows_todays_import_export_and_balance(browser, fast):  #
     card = page.locator("[data-test=today]")
     card.wait_for()
     imp, exp = day["import_total_kWh"], day["export_total_kWh"]
-    assert _num_de(card.locator("[data-test=today-import]").inner_text()) == round(imp, 3)
-    assert _num_de(card.locator("[data-test=today-export]").inner_text()) == round(exp, 3)
+    assert _num_de(card.locator("[data-test=today-import]").inner_text()) == rounded_as_shown(imp, 3)
+    assert _num_de(card.locator("[data-test=today-export]").inner_text()) == rounded_as_shown(exp, 3)
     balance = card.locator("[data-test=balance]").inner_text()
-    assert _num_de(balance) == round(imp - exp, 3)                # signed: − when more was exported
+    assert _num_de(balance) == rounded_as_shown(imp - exp, 3)    # signed: − when more was exported
     assert ("mehr bezogen" in card.inner_text()) == (imp >= exp)
     page.context.close()

@@ -12,6 +12,7 @@ import os
 import re
 import time
 from datetime import datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -105,6 +106,25 @@ def _num_de(text):
     return float(re.search(r"-?[\d.]+(,\d+)?", text).group(0).replace(".", "").replace(",", "."))
 
 
+def rounded_as_shown(value, digits):
+    """A number rounded the way the page's toLocaleString shows it: its shortest decimal, halves away from zero."""
+    # Python's round() works on the binary value (0.0895 is 0.08949999..., so round gives 0.089); Chromium's number
+    # format rounds the shortest decimal that reads back as the same double (0.0895 -> 0,090).
+    return float(Decimal(repr(value)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def test_the_tests_round_numbers_as_chromium_shows_them(browser):
+    # Halves whose double lies just below them (0.0895, 1.0005) and a difference of two doubles: the page's
+    # num() rounds these up; Python's round() would give 0.089 and fail a test at random (seen in CI).
+    values = [0.0895, 1.0005, 2.675, 0.1 - 0.0895, 1234.5675, 0.0005, -0.0895, 12.3]
+    page = browser.new_page()
+    shown = page.evaluate("""(vs) => vs.map((v) => v.toLocaleString('en-US',
+        { minimumFractionDigits: 3, maximumFractionDigits: 3, useGrouping: false }))""", values)
+    page.close()
+    assert [float(s) for s in shown] == [rounded_as_shown(v, 3) for v in values]
+    assert rounded_as_shown(0.0895, 3) != round(0.0895, 3)       # the case the helper is for
+
+
 # --- dashboard ---
 
 def test_dashboard_shows_the_values_of_history_latest(browser, live, shots):
@@ -137,8 +157,8 @@ def test_dashboard_shows_the_values_of_history_latest(browser, live, shots):
     assert ("Einspeisung" in direction) == (power < 0) and ("Bezug" in direction) == (power > 0)
     imp = _num_de(page.locator("[data-test=import] .big").inner_text())
     exp = _num_de(page.locator("[data-test=export] .big").inner_text())
-    assert imp == pytest.approx(round(latest["1.8.0"]["value"], 3), abs=1e-9)
-    assert exp == pytest.approx(round(latest["2.8.0"]["value"], 3), abs=1e-9)
+    assert imp == rounded_as_shown(latest["1.8.0"]["value"], 3)
+    assert exp == rounded_as_shown(latest["2.8.0"]["value"], 3)
     for key in ("32.7.0", "14.7.0"):
         assert page.get_by_text(latest[key]["name"], exact=True).count() == 1
     # the protocol from /system/info (refreshed every 20 s: a device just started may not have named it yet)
