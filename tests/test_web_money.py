@@ -5,6 +5,7 @@ the API booked; the dashboard shows the price now and today's cost."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.hostproc import meter_time_args
 from tests.price_server import PriceServer
 from tests.test_api_harness import start_host
 from tests.test_tariff_host import EPOCH0
-from tests.test_web_ui import WEB_MARKS, _page, browser  # noqa: F401  (fixtures)
+from tests.test_web_ui import WEB_MARKS, _page, browser, rounded_as_shown  # noqa: F401  (fixtures)
 
 pytestmark = WEB_MARKS
 SHOTS = os.environ.get("MONEY_SHOT")   # a path: a screenshot of the view for a person to look at
@@ -41,6 +42,11 @@ def priced(tmp_path_factory):
         srv.close()
 
 
+def _de(value, digits):
+    """A number as the German page writes it (below 1,000: no grouping)."""
+    return ("%.*f" % (digits, rounded_as_shown(value, digits))).replace(".", ",")
+
+
 def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, priced):  # noqa: F811
     page = _page(browser, csp=True)
     asked = []
@@ -50,7 +56,9 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     page.goto(priced.url + "/")
     row = page.locator("[data-test=money-row]")
     row.wait_for(timeout=20000)
-    assert "Preis jetzt" in row.inner_text() and "EUR" in row.inner_text()
+    # German numbers on the German page (decimal comma): the price to 1/100 ct and today's cost to the cent
+    assert re.search(r"Preis jetzt -?\d+,\d{4} EUR/kWh · Kosten heute (–|-?\d+,\d\d EUR)", row.inner_text()), \
+        row.inner_text()
     assert not [u for u in asked if u.endswith("/money.js")]            # not loaded for the dashboard
     with page.expect_response(lambda r: r.url == priced.url + "/api/v1/cost", timeout=20000) as got:
         page.get_by_role("link", name="Kosten").first.click()
@@ -60,8 +68,8 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     titles = page.locator("[data-test=m-bar] title").all_text_contents()
     assert len(titles) == len(seen["items"]) >= 1
     for text, item in zip(titles, seen["items"]):
-        want = "ohne Preis" if item["import_cost"] is None else "%.2f EUR" % item["import_cost"]
-        assert text.startswith(item["start"][11:] + ": " + want), (text, item)
+        want = "ohne Preis" if item["import_cost"] is None else _de(item["import_cost"], 2) + " EUR"
+        assert text == "%s: %s, %s kWh" % (item["start"][11:], want, _de(item["import_kwh"], 3)), (text, item)
     assert [u for u in asked if u.endswith("/money.js")] == [priced.url + "/money.js"]
     assert not [c for c in console if "Content Security Policy" in c], console
     # the page's totals are the API's (read right after the page's own requests)
@@ -69,7 +77,9 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     tariff = priced.get("/api/v1/tariff")[1]
     today = page.locator("[data-test=m-today] [data-test=m-cost]").inner_text()
     assert today.endswith(" EUR")
-    assert abs(float(today.split()[0]) - cost["today"]["import_cost"]) < 0.05     # a quarter hour may close between
+    assert re.fullmatch(r"-?\d+,\d\d EUR", today), today
+    # a quarter hour may close between
+    assert abs(float(today.split()[0].replace(",", ".")) - cost["today"]["import_cost"]) < 0.05
     bars = page.locator("[data-test=m-bar]")
     assert bars.count() >= 1
     assert page.locator("[data-test=m-curve] path").count() == 1
@@ -90,7 +100,7 @@ def test_the_money_view_loads_its_own_file_and_shows_what_was_booked(browser, pr
     assert priced.get("/api/v1/settings")[1]["tariff"]["mode"] == "dynamic"
     page.locator("[data-test=t-importPrice]").fill("0.3012")
     page.locator("form[data-test=t-form] button[type=submit]").click()
-    page.locator("[data-test=m-price]").get_by_text("0.3012 EUR/kWh").wait_for(timeout=10000)
+    page.locator("[data-test=m-price]").get_by_text("0,3012 EUR/kWh").wait_for(timeout=10000)
     doc = priced.get("/api/v1/settings")[1]["tariff"]
     assert doc["mode"] == "fixed" and doc["importPrice"] == 0.3012 and doc["surcharge"] == 0.1532
     assert page.errors == []

@@ -13,6 +13,7 @@ const WORDS = {
     m_dynamic: 'Dynamisch (Börsenpreis)', importPrice: 'Arbeitspreis je kWh', exportPrice: 'Einspeisevergütung je kWh',
     baseFee: 'Grundgebühr je Monat', currency: 'Währung', surcharge: 'Aufschlag je kWh (Netzentgelt, Umlagen, Marge)',
     vatPercent: 'MwSt. %', priceUrl: 'Preisquelle (URL)', tou: 'Zeitfenster (JSON)', save: 'Speichern', saved: 'Gespeichert.',
+    f_idle: 'keiner nötig', f_fetching: 'läuft', f_ok: 'aktuell', f_failed: 'fehlgeschlagen',
   },
   en: {
     title: 'Cost', today: 'Today', month: 'Month', year: 'Year', cost: 'Import cost', revenue: 'Feed-in revenue',
@@ -25,19 +26,26 @@ const WORDS = {
     m_dynamic: 'Dynamic (day-ahead market)', importPrice: 'Energy price per kWh', exportPrice: 'Feed-in compensation per kWh',
     baseFee: 'Base fee per month', currency: 'Currency', surcharge: 'Surcharge per kWh (grid fee, levies, margin)',
     vatPercent: 'VAT %', priceUrl: 'Price source (URL)', tou: 'Windows (JSON)', save: 'Save', saved: 'Saved.',
+    f_idle: 'none needed', f_fetching: 'in progress', f_ok: 'up to date', f_failed: 'failed',
   },
 };
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => '&#' + c.charCodeAt(0) + ';');
 const SVG = 'http://www.w3.org/2000/svg';
 
+// Numbers in the page's language (0,30 EUR on the German page): money to the cent, prices to 1/100 ct, energy to the Wh.
+let locale = 'de-DE';
+const dec = (v, digits) => Number(v).toLocaleString(locale, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const kwh = (v) => dec(v, 3) + ' kWh';
+const price = (v, cur, w) => dec(v, 4) + ' ' + cur + w.perKwh;
+
 function money(v, cur) {
-  return v === null || v === undefined ? null : v.toFixed(2) + ' ' + cur;
+  return v === null || v === undefined ? null : dec(v, 2) + ' ' + cur;
 }
 
 function sums(w, s, cur) {
   const cell = (v) => (v === null ? `<span class="small">${w.unknown}</span>` : esc(money(v, cur)));
-  return `<td>${esc(s.import_kwh)} kWh</td><td data-test="m-cost">${cell(s.import_cost)}</td>` +
+  return `<td>${esc(kwh(s.import_kwh))}</td><td data-test="m-cost">${cell(s.import_cost)}</td>` +
     `<td>${cell(s.export_revenue)}</td><td>${cell(s.net)}</td>` +
     `<td>${s.base_fee === undefined ? '' : esc(money(s.base_fee, cur))}${s.complete || s.import_cost === null ? '' : ' <span class="small">(' + w.partly + ')</span>'}</td>`;
 }
@@ -63,7 +71,7 @@ function bars(box, items, cur, w) {
     const h = v === null ? 6 : Math.max(1, (Math.abs(v) / max) * (H - 10));
     const r = svg('rect', { x: i * bw + 1, y: H - h, width: bw - 2, height: h, fill: v === null ? 'var(--muted, #999)' : v < 0 ? 'var(--ok, #2a2)' : 'var(--accent, #36c)', 'data-test': 'm-bar' }, s);
     const tip = svg('title', {}, r);
-    tip.textContent = it.start.slice(11) + ': ' + (v === null ? w.noPrice : money(v, cur)) + ', ' + it.import_kwh + ' kWh';
+    tip.textContent = it.start.slice(11) + ': ' + (v === null ? w.noPrice : money(v, cur)) + ', ' + kwh(it.import_kwh);
     if (i % 3 === 0) svg('text', { x: i * bw + 2, y: H + 14, 'font-size': 11, fill: 'currentColor' }, s).textContent = it.start.slice(11, 13);
   });
 }
@@ -107,9 +115,9 @@ function curve(box, t, w) {
 function peaksTable(p, w) {
   const row = (m, label) => {
     if (!m) return '';
-    const q = m.quarter_peak ? `${esc(m.quarter_peak.power_W)} W · ${esc(m.quarter_peak.start.replace('T', ' '))}` : '–';
-    const top = m.hourly_top3.map((h) => `${esc(h.start.replace('T', ' '))}: ${esc(h.energy_kWh)} kWh`).join('<br>');
-    return `<tr data-test="m-peak"><th scope="row">${esc(label || m.month)}</th><td>${q}</td><td>${top || '–'}</td><td>${m.hourly_top3_mean_kWh === null ? '–' : esc(m.hourly_top3_mean_kWh) + ' kWh'}</td></tr>`;
+    const q = m.quarter_peak ? `${esc(dec(m.quarter_peak.power_W, 0))} W · ${esc(m.quarter_peak.start.replace('T', ' '))}` : '–';
+    const top = m.hourly_top3.map((h) => `${esc(h.start.replace('T', ' '))}: ${esc(kwh(h.energy_kWh))}`).join('<br>');
+    return `<tr data-test="m-peak"><th scope="row">${esc(label || m.month)}</th><td>${q}</td><td>${top || '–'}</td><td>${m.hourly_top3_mean_kWh === null ? '–' : esc(kwh(m.hourly_top3_mean_kWh))}</td></tr>`;
   };
   return `<table class="tbl"><thead><tr><th>${w.month}</th><th>${w.quarter}</th><th>${w.top3}</th><th>${w.mean}</th></tr></thead><tbody>` +
     row(p.current, w.current) + p.months.map((m) => row(m)).join('') + '</tbody></table>';
@@ -148,6 +156,7 @@ async function tariffForm(box, api, w, reload, noteDoc) {
 
 async function mount(el, { api, lang, noteDoc }) {
   const w = WORDS[lang] || WORDS.de;
+  locale = lang === 'en' ? 'en-GB' : 'de-DE';
   el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals" class="card"></div>
     <section class="card"><h2>${w.hourly}</h2><label>${w.day} <input type="date" data-test="m-date"></label><div data-test="m-barbox"></div></section>
     <section class="card"><h2>${w.prices}</h2><label>${w.cheapest} <select data-test="m-hours">${[1, 2, 3, 4, 6].map((n) => `<option value="${n}">${n} ${w.hours}</option>`).join('')}</select></label>
@@ -159,7 +168,7 @@ async function mount(el, { api, lang, noteDoc }) {
   const cur = cost.currency;
   const totals = q('m-totals');
   if (cost.mode === 'off') totals.insertAdjacentHTML('afterbegin', `<p data-test="m-off">${w.off}</p>`);
-  totals.insertAdjacentHTML('beforeend', `<p data-test="m-price">${w.priceNow}: ${cost.price_now === null ? w.unknown : esc(cost.price_now + ' ' + cur + w.perKwh)}</p>
+  totals.insertAdjacentHTML('beforeend', `<p data-test="m-price">${w.priceNow}: ${cost.price_now === null ? w.unknown : esc(price(cost.price_now, cur, w))}</p>
     <table class="tbl"><thead><tr><th></th><th>${w.energy}</th><th>${w.cost}</th><th>${w.revenue}</th><th>${w.net}</th><th>${w.fee}</th></tr></thead><tbody>
     <tr data-test="m-today"><th scope="row">${w.today}</th>${sums(w, cost.today, cur)}</tr>
     <tr data-test="m-month"><th scope="row">${w.month}</th>${sums(w, cost.month, cur)}</tr>
@@ -176,9 +185,9 @@ async function mount(el, { api, lang, noteDoc }) {
     const t = await api('/tariff?from=today&hours=' + q('m-hours').value); // the curve: today from midnight and tomorrow
     const win = (name) => {
       const x = t.cheapest[name];
-      return `${name === 'today' ? w.today : w.tomorrow}: ${x ? esc(x.start.slice(11) + '–' + x.end.slice(11) + ', Ø ' + x.mean_price + ' ' + cur + w.perKwh) : w.none}`;
+      return `${name === 'today' ? w.today : w.tomorrow}: ${x ? esc(x.start.slice(11) + '–' + x.end.slice(11) + ', Ø ' + price(x.mean_price, cur, w)) : w.none}`;
     };
-    q('m-windows').innerHTML = `${win('today')} · ${win('tomorrow')} · ${w.fetch}: ${esc(t.fetch.state)}${t.fetch.error ? ' (' + esc(t.fetch.error) + ')' : ''}`;
+    q('m-windows').innerHTML = `${win('today')} · ${win('tomorrow')} · ${w.fetch}: ${esc(w['f_' + t.fetch.state] || t.fetch.state)}${t.fetch.error ? ' (' + esc(t.fetch.error) + ')' : ''}`;
     curve(q('m-curvebox'), t, w);
   };
   q('m-hours').addEventListener('change', prices);

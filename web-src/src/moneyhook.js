@@ -3,7 +3,7 @@
 // row with the price now and today's cost.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, bus, poller } from './api.js';
-import { getLang, t } from './i18n.js';
+import { getLang, num, t } from './i18n.js';
 import { html, sectionMap, useInfo } from './ui.js';
 
 // The money answers need the device's clock (503 before it is set, which would hold every request back a while).
@@ -57,7 +57,8 @@ export function MoneyRow() {
   useEffect(() => (on ? poller(async () => setC(await api('/cost')), 60000) : undefined), [on]);
   if (!c || c.mode === 'off') return null;
   const cost = c.today.import_cost;
-  return html`<p class="banner" data-test="money-row"><a href="#/money">${t('money')}</a>: ${t('priceNow')}
-    ${c.price_now === null ? '–' : c.price_now + ' ' + c.currency + '/kWh'} · ${t('costToday')}
-    ${cost === null ? '–' : cost.toFixed(2) + ' ' + c.currency}</p>`;
+  // One text per value: htm drops the whitespace between a line's end and the next expression ("Preis jetzt0,27").
+  const price = c.price_now === null ? '–' : num(c.price_now, 4) + ' ' + c.currency + '/kWh';
+  const today = cost === null ? '–' : num(cost, 2) + ' ' + c.currency;
+  return html`<p class="banner" data-test="money-row"><a href="#/money">${t('money')}</a>: ${t('priceNow') + ' ' + price} · ${t('costToday') + ' ' + today}</p>`;
 }
