@@ -93,5 +93,6 @@ def test_the_dashboard_shows_todays_import_export_and_balance(browser, fast):  #
     assert _num_de(card.locator("[data-test=today-export]").inner_text()) == rounded_as_shown(exp, 3)
     balance = card.locator("[data-test=balance]").inner_text()
     assert _num_de(balance) == rounded_as_shown(imp - exp, 3)    # signed: − when more was exported
-    assert ("mehr bezogen" in card.inner_text()) == (imp >= exp)
+    said = {"mehr bezogen": imp > exp, "mehr eingespeist": imp < exp, "gleich": imp == exp}
+    assert {words: words in card.inner_text() for words in said} == said
     page.context.close()
