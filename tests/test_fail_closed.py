@@ -3,8 +3,11 @@ zeroed, truncated, `null` or non-object settings file (no copies left) keeps it 
 and shown in /system/info. An older firmware's drive (auth on in settings.json only) teaches the token file at the
 first start; switching authentication off through the API is kept across a damaged file too."""
 
+import base64
+import hashlib
 import json
 import os
+import re
 
 import pytest
 import requests
@@ -175,6 +178,12 @@ def test_the_page_never_waits_for_the_apis_budget_and_its_own_429_is_a_page(tmp_
         r = refused[0]
         assert r.headers["Content-Type"].startswith("text/html") and r.headers["Retry-After"] == "10"
         assert "Zu viele Anfragen" in r.text and "Too many requests" in r.text and 'http-equiv="refresh"' in r.text
+        # its one inline script (the reload) is the only one its policy allows
+        scripts = re.findall(r"<script>(.*?)</script>", r.text)
+        digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+        assert len(scripts) == 1 and "location.reload()" in scripts[0]
+        assert r.headers["Content-Security-Policy"].split("; ")[:2] == ["default-src 'none'",
+                                                                        "script-src 'sha256-%s'" % digest]
         assert r.headers["X-Frame-Options"] == "DENY"
     finally:
         h.stop()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import time
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
@@ -770,6 +771,21 @@ def limited(tmp_path_factory):
     h = start_host(tmp_path_factory, "web-limit", rate_limit=25)
     yield h
     h.stop()
+
+
+def test_the_pages_own_429_reloads_itself_at_the_same_view(browser, limited):
+    """Reloading a view (/#/settings/...) while the page's own budget is spent gives the 429 page, which said it
+    reloads itself in 10 s and did not: Chromium takes a meta refresh to a URL with a fragment as a jump within the
+    page. Under the 429 page's own policy (csp=True) its script reloads it, at the same view."""
+    time.sleep(10.5)                                   # earlier tests' page loads leave the window
+    for _ in range(10):                                # the page's budget: 10 loads per 10 s per address
+        urllib.request.urlopen(limited.url + "/", timeout=10).close()
+    page = _page(browser, csp=True)
+    resp = page.goto(limited.url + "/#/settings/general")
+    assert resp.status == 429 and "Zu viele Anfragen" in page.inner_text("body")
+    page.locator("#s-general").wait_for(timeout=20000)
+    assert page.url.endswith("/#/settings/general") and page.errors == []
+    page.context.close()
 
 
 def test_a_429_is_survived_and_two_tabs_share_the_budget(browser, limited, shots):

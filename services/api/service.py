@@ -19,10 +19,16 @@ METRICS_PATH = "/metrics"   # services/metrics: outside /api/ as Prometheus expe
 # answers, token-free, on a request budget of their own that neither spends nor waits for the API's.
 EMULATION_PATHS = ("/shelly", "/rpc")
 # The page's own 429 (both languages: the page cannot know the user's yet); it reloads itself after Retry-After.
-PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">'
-            '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus</title></head>'
-            '<body style="font-family:sans-serif;margin:2rem"><h1>Meter Plus</h1>'
-            '<p lang="de">Zu viele Anfragen: Die Seite lädt sich in 10 Sekunden von selbst neu.</p>'
+# By script: every view of the page is a deep link (/#/settings/wifi), and Chromium takes a meta refresh to the same
+# URL with a fragment as a jump within the page, so it never reloaded; location.reload() keeps the view. The meta
+# refresh stays for a browser without scripts. The policy allows only this script (its hash) and inline style.
+PAGE_429_SCRIPT = "setTimeout(function(){location.reload()},10000)"
+PAGE_429_CSP = ("default-src 'none'; script-src 'sha256-jygDiboCukX3RL6VOiQzeK3dewnWsWaMQZO5Tlgr6ao='; "
+                "style-src 'unsafe-inline'")
+PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><noscript><meta http-equiv="refresh" content="10">'
+            '</noscript><meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus</title>'
+            '<script>' + PAGE_429_SCRIPT + '</script></head><body style="font-family:sans-serif;margin:2rem">'
+            '<h1>Meter Plus</h1><p lang="de">Zu viele Anfragen: Die Seite lädt sich in 10 Sekunden von selbst neu.</p>'
             '<p lang="en">Too many requests: the page reloads by itself in 10 seconds.</p></body></html>')
 
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
@@ -412,7 +418,8 @@ class HttpApi(Module):
             if not self.page_limiter.allow(now, addr[0] if isinstance(addr, tuple) and addr else None):
                 self.count("page_rate_limited")
                 return Response(request, PAGE_429, status=(429, "Too Many Requests"), content_type="text/html",
-                                headers={"Retry-After": self.retry_after_429, "Cache-Control": "no-store"})
+                                headers={"Retry-After": self.retry_after_429, "Cache-Control": "no-store",
+                                         "Content-Security-Policy": PAGE_429_CSP})
         elif self._over_budget(request, now):
             self.count("rate_limited")
             return error_response(request, 429, "Too many requests", headers={"Retry-After": self.retry_after_429})
