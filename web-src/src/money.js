@@ -33,9 +33,9 @@ const WORDS = {
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => '&#' + c.charCodeAt(0) + ';');
 const SVG = 'http://www.w3.org/2000/svg';
 
-// Numbers in the page's language (0,30 EUR on the German page): money to the cent, prices to 1/100 ct, energy to the Wh.
-let locale = 'de-DE';
-const dec = (v, digits) => Number(v).toLocaleString(locale, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+// Numbers in the page's language (0,30 EUR on the German page) by the page's own num(), which mount() is given:
+// money to the cent, prices to 1/100 ct, energy to the Wh.
+let dec = null;
 const kwh = (v) => dec(v, 3) + ' kWh';
 const price = (v, cur, w) => dec(v, 4) + ' ' + cur + w.perKwh;
 
@@ -154,9 +154,9 @@ async function tariffForm(box, api, w, reload, noteDoc) {
   });
 }
 
-async function mount(el, { api, lang, noteDoc }) {
+async function mount(el, { api, lang, noteDoc, num }) {
   const w = WORDS[lang] || WORDS.de;
-  locale = lang === 'en' ? 'en-GB' : 'de-DE';
+  dec = num;
   el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals" class="card"></div>
     <section class="card"><h2>${w.hourly}</h2><label>${w.day} <input type="date" data-test="m-date"></label><div data-test="m-barbox"></div></section>
     <section class="card"><h2>${w.prices}</h2><label>${w.cheapest} <select data-test="m-hours">${[1, 2, 3, 4, 6].map((n) => `<option value="${n}">${n} ${w.hours}</option>`).join('')}</select></label>
@@ -193,7 +193,7 @@ async function mount(el, { api, lang, noteDoc }) {
   q('m-hours').addEventListener('change', prices);
   await prices();
   q('m-peaks').innerHTML = peaksTable(await api('/peaks'), w);
-  await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang, noteDoc }), noteDoc);
+  await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang, noteDoc, num }), noteDoc);
   el.dataset.ready = '1';
 }
 

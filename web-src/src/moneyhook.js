@@ -27,7 +27,7 @@ export function Money() {
   const on = synced(useInfo());
   useEffect(() => {
     if (on) {
-      load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang(), noteDoc }))
+      load().then(() => window.meterplusMoney.mount(box.current, { api, lang: getLang(), noteDoc, num }))
         .catch((e) => setErr(String(e.message || e)));
     }
   }, [on]);
