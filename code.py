@@ -31,8 +31,16 @@ def arm_watchdog():
 
 # Armed before the application is imported: CircuitPython keeps a RESET watchdog running when code.py ends with an
 # exception, so a version that cannot even import restarts the chip, and boot.py counts the failed boot and rolls
-# an update back (docs/ota.md). Importing and building take well under WATCHDOG_S before the first feed.
+# an update back (docs/ota.md). The start feeds it between features (build()): the whole start is longer than
+# WATCHDOG_S on a slow chip (README, "The start"), one feature's import and wiring is not, so only a start that
+# really hangs inside one resets.
 WATCHDOG, WATCHDOG_ERROR = arm_watchdog()
+
+
+def feed_watchdog():
+    """One step of the start is done: the watchdog waits WATCHDOG_S for the next."""
+    if WATCHDOG is not None:
+        WATCHDOG.feed()
 
 from core.app import App
 from core.bus import Bus
@@ -172,7 +180,9 @@ def build():
     except MemoryError as exc:
         heap_too_small(exc)
     for name, module_name in FEATURES:
+        feed_watchdog()
         wire_feature(app, name, module_name)
+    feed_watchdog()
     return app
 
 

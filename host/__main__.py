@@ -193,6 +193,24 @@ def _load_settings_toml(path, overrides):
     os.environ.update(overrides)
 
 
+class WatchdogReset(BaseException):
+    """Raised in the main thread when the watchdog expires: the firmware hung (no feed within its timeout). A
+    BaseException, so the firmware's own `except Exception` cannot swallow the reset."""
+
+
+def _route_watchdog_resets():
+    """An expired watchdog resets the firmware as the chip would (boot.py runs and counts the boot) instead of
+    ending the process: its thread signals the main thread, whose handler raises WatchdogReset wherever code.py
+    hangs (between two bytecodes, or out of a sleep)."""
+    import watchdog
+
+    def raise_reset(signum, frame):
+        raise WatchdogReset()
+
+    signal.signal(signal.SIGUSR1, raise_reset)
+    watchdog._on_expire = lambda: os.kill(os.getpid(), signal.SIGUSR1)
+
+
 def _disarm_watchdog():
     """A chip reset stops the watchdog: the next code.py runs unguarded until it arms it again."""
     import microcontroller
@@ -335,6 +353,7 @@ def main(argv=None):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
+    _route_watchdog_resets()
     os.chdir(state)
     print("Meter Plus host runtime: http://%s:%d/  (drive %s, meter %s, speed %g)"
           % (args.bind, args.http_port, state, args.meter, args.speed), flush=True)
@@ -348,6 +367,14 @@ def main(argv=None):
             _install_idle()
             runpy.run_path(os.path.join(app_dir, "code.py"), run_name="__main__")
             return 0  # code.py returned: the device would wait for a reload
+        except WatchdogReset:
+            _hostenv.reset_count += 1
+            _hostenv.last_reset_reason = "WATCHDOG"
+            print("host: watchdog: restarting the firmware after a hang", flush=True)
+            socketpool.drop_all()
+            _disarm_watchdog()
+            _purge_firmware_modules()
+            _reset_radios()
         except _hostenv.HostReset as reset:
             _hostenv.reset_count += 1
             _hostenv.last_reset_reason = None

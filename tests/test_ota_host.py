@@ -128,6 +128,31 @@ def test_a_version_that_crashes_at_boot_is_rolled_back(tmp_path, pub, ntp, broke
         h.stop()
 
 
+# Hangs inside build() (the metering feature's import): no exception ends code.py, only the watchdog can reset it.
+HANGS_AT_START = {"services/metering/pipeline.py": 'import time\nwhile True:\n    time.sleep(0.05)\n'}
+
+
+def test_a_version_that_hangs_at_start_is_reset_and_rolled_back(tmp_path, pub, ntp):
+    """code.py feeds the watchdog between features, so a start that really hangs in one still resets the chip."""
+    folder, server = pub
+    make_release(folder, "0.3.0", changes=HANGS_AT_START)
+    h = start_host(tmp_path, server, ntp)
+    try:
+        h.control("watchdog_s", "4")       # the device's 30 s, shortened so three hung boots take seconds
+        wait_update_offered(h, "0.3.0")
+        assert h.post("/api/v1/ota/start", {})[1]["ok"] is True
+        h.wait_for(lambda: h.log().count("watchdog: restarting the firmware after a hang") >= 3, timeout=120)
+        h.wait_alive()
+        assert h.get("/api/v1/system/alive")[1]["version"] == "0.1.0"
+        d = check_data(h)
+        assert d["rolled_back"] == ["0.3.0"] and d["error"] == "rolled_back"
+        with open(os.path.join(h.state, "services/metering/pipeline.py")) as f, open("services/metering/pipeline.py") as g:
+            assert f.read() == g.read()
+        assert "watchdog expired (not fed for 4.0 s)" in h.log()
+    finally:
+        h.stop()
+
+
 def test_a_corrupted_download_changes_nothing_and_says_why(tmp_path, pub, ntp):
     folder, server = pub
     make_release(folder, "0.2.0")
