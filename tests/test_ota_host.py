@@ -146,7 +146,8 @@ def test_a_version_that_hangs_at_start_is_reset_and_rolled_back(tmp_path, pub, n
         assert h.get("/api/v1/system/alive")[1]["version"] == "0.1.0"
         d = check_data(h)
         assert d["rolled_back"] == ["0.3.0"] and d["error"] == "rolled_back"
-        with open(os.path.join(h.state, "services/metering/pipeline.py")) as f, open("services/metering/pipeline.py") as g:
+        live, shipped = (os.path.join(d, "services/metering/pipeline.py") for d in (h.state, "."))
+        with open(live) as f, open(shipped) as g:
             assert f.read() == g.read()
         assert "watchdog expired (not fed for 4.0 s)" in h.log()
     finally:
