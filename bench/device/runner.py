@@ -28,6 +28,7 @@ import sys
 import time as _unix_time   # the port's built-in time, before hw/time.py (CircuitPython's time) shadows it
 
 import hashlib as _builtin_hashlib   # MicroPython's; hw/hashlib.py (CircuitPython's new()) wraps it
+import os as _builtin_os    # the port's built-in os; hw/os.py (the flash model's hooks) shadows it
 
 FLAGS = sys.argv[3:]
 # "frozen": the firmware and libraries are frozen into the interpreter (bench_device.build_frozen); they win
@@ -37,6 +38,10 @@ sys.path[:0] = ["hw", ".frozen", ".", "lib"] if "frozen" in FLAGS else ["hw", ".
 import time  # noqa: E402
 
 time._rt = _unix_time
+
+import os  # noqa: E402
+
+os._bind(_builtin_os)
 
 import hashlib  # noqa: E402
 
@@ -65,6 +70,10 @@ SHELLY_UDP_PORT = 1010
 # device's 8 sockets leave one for HTTP clients besides the listener: the bench's HTTP clients take turns, as the
 # issue of the socket budget (26) makes the firmware insist on.
 HTTP_CLIENTS = 1
+# "flash=typ" / "flash=max": the drive on NOR flash (hw/flashfs.py): every write, remove, rename and mkdir of the
+# firmware stalls the device clock by the chip's typical or maximum erase and program times; the standard load then
+# also makes a history flush, a flash log write and a settings save happen in the measured window (FlashEvents).
+FLASH = ([f[6:] for f in FLAGS if f.startswith("flash=")] or [None])[0]
 
 
 def stand_ins():
@@ -153,17 +162,22 @@ class SmlMeter:
 class HttpClient:
     """One request on its own connection; done when the firmware closed it, status from the first line."""
 
-    def __init__(self, path, clock, kind=None, extra=""):
+    def __init__(self, path, clock, kind=None, extra="", body=None):
         self.path = path
         self.kind = kind
         self.clock = clock
         self.mark = clock.mark()
+        self.took = None     # device us from mark to the answer, once done
         self.end = socketpool.connect_to_listener(80)
         self.status = None
         self.size = 0
+        method = "GET"
+        if body is not None:     # a JSON document POSTed, as a script or the web page sends settings
+            method = "POST"
+            extra += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         if self.end is not None:
-            self.end.write(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\n%s"
-                            "Connection: close\r\n\r\n" % (path, extra)).encode())
+            self.end.write(("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip\r\n%s"
+                            "Connection: close\r\n\r\n%s" % (method, path, extra, body or "")).encode())
 
     def done(self):
         if self.end is None:
@@ -172,6 +186,7 @@ class HttpClient:
         if not self.end.peer.closed:
             return False
         head = bytes(self.end.inbound[:16])
+        self.took = self.clock.since(self.mark)
         self.size = len(self.end.inbound)
         self.status = int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else -1
         self.end.inbound = bytearray()
@@ -388,17 +403,121 @@ class NtpServer:
 
     def __init__(self):
         self.answers = 0
+        # Seconds after the first answer at which a quarter hour ends (flash runs: the history then has a record to
+        # flush in the measured window, whatever the first start's stall took); None: the clock from EPOCH.
+        self.quarter_after_s = None
+        self.hold = None        # a function: True while requests go unanswered (flash runs: until the first start)
         socketpool.udp_listeners[("10.0.0.2", 123)] = self.answer
 
     def answer(self, request):
-        if len(request) < 48:
+        if len(request) < 48 or (self.hold is not None and self.hold()):
             return None
+        if self.answers == 0 and self.quarter_after_s is not None:
+            self.EPOCH = NtpServer.EPOCH - (_hostenv.sim_ms() // 1000 + self.quarter_after_s) % 900 + 900
         self.answers += 1
         secs = self.EPOCH + self.NTP_DELTA + _hostenv.sim_ms() // 1000
         frac = (_hostenv.sim_ms() % 1000) * 4294967
         stamp = bytes(((secs >> 24) & 255, (secs >> 16) & 255, (secs >> 8) & 255, secs & 255,
                        (frac >> 24) & 255, (frac >> 16) & 255, (frac >> 8) & 255, frac & 255))
         return bytes((0x24, 2, 6, 0xEC)) + bytes(20) + bytes(request[40:48]) + stamp + stamp
+
+
+class FlashEvents:
+    """flash=...: a history flush, a flash log write and a settings save made to happen in the measured window, each
+    while a /system/alive request waits. Recorded per kind: the stall of its writes (device us at the typical and the
+    maximum figure, whichever the clock was charged), the cycle of the step that wrote, and that alive request's
+    latency. The alive request goes out just before the write is armed, so its answer waits for the step with the
+    stall. The settings save is an HTTP request itself (a POST of ledEnable, as a script or the web page sends it) and
+    the bench has one client place (the socket budget), so its alive request is asked with it and timed from then: a
+    client asking while the save runs waits for it."""
+
+    KINDS = (("history_flush", "history/"), ("log_write", "logs/"), ("settings_save", "settings.json"))
+    TIMEOUT_MS = 15000
+
+    def __init__(self, app, sup, clock, first_ms, every_ms):
+        self.app = app
+        self.clock = clock
+        self.slots = {}
+        for slot in sup._slots:
+            self.slots[slot.module.name] = slot
+        self.todo = [[first_ms + i * every_ms, kind, prefix] for i, (kind, prefix) in enumerate(self.KINDS)]
+        self.results = {}
+        self.cur = None
+        self.led = None
+
+    def _arm(self, kind):
+        """Make the module write in the next cycle (its own flush, as its timer would start it)."""
+        if kind == "history_flush":
+            slot = self.slots["history"]
+            slot.module._flush_at = slot.module._now     # due now: the next poll flushes what RAM holds
+        else:
+            slot = self.slots["flash_log"]
+            self.app.log.warning("bench: a line for the flash log")
+            self.cur["flush_ms"] = slot.module.flush_ms
+            slot.module.flush_ms = 0                     # due at once: its next poll appends the batch
+        slot.due_at = None
+
+    def tick(self, elapsed_ms, clients):
+        """The peers' turn: start the next event when its time came and the client place is free; finish one."""
+        cur = self.cur
+        if cur is None:
+            if clients:
+                return
+            hist = self.slots["history"].module
+            ready = [t for t in self.todo if elapsed_ms >= t[0]
+                     and (t[1] != "history_flush" or hist.hr or hist.lr)]   # history flushes only what RAM holds
+            if not ready:
+                return
+            self.todo.remove(ready[0])
+            _, kind, prefix = ready[0]
+            cur = self.cur = {"kind": kind, "prefix": prefix, "at": elapsed_ms, "alive": None, "post": None,
+                              "step": None, "mark": self.clock.mark()}
+            if kind == "settings_save":
+                self.led = not self.app.settings.get("ledEnable", True)     # a change: the document is written
+                cur["post"] = HttpClient("/api/v1/settings", self.clock,
+                                         body='{"ledEnable": %s}' % ("true" if self.led else "false"))
+                clients.append(cur["post"])
+            else:
+                cur["alive"] = HttpClient("/api/v1/system/alive", self.clock)
+                clients.append(cur["alive"])
+                self._arm(kind)
+            return
+        if cur["post"] is not None and cur["alive"] is None and cur["post"].took is not None and not clients:
+            alive = HttpClient("/api/v1/system/alive", self.clock)
+            alive.mark = cur["mark"]            # asked with the save
+            cur["alive"] = alive
+            clients.append(alive)
+        answered = cur["alive"] is not None and cur["alive"].took is not None
+        if (answered and cur["step"] is not None) or elapsed_ms - cur["at"] > self.TIMEOUT_MS:
+            step = cur["step"]
+            self.results[cur["kind"]] = {
+                "stall_us": step[1] if step else None, "stall_us_max": step[2] if step else None,
+                "cycle_us": step[0] if step else None, "step_stall_us": step[3] if step else None,
+                "alive_us": cur["alive"].took if answered else None,
+                "alive_status": cur["alive"].status if answered else None,
+                "post_status": cur["post"].status if cur["post"] is not None else None}
+            if "flush_ms" in cur:
+                self.slots["flash_log"].module.flush_ms = cur["flush_ms"]
+            self.cur = None
+
+    def history(self):
+        """The history service's counters and what waits in RAM (why a flush event could not happen)."""
+        hist = self.slots["history"].module
+        return {"counters": hist.counters, "ram": [len(hist.hr), len(hist.lr)]}
+
+    def step_done(self, spent, record):
+        """After a supervisor step: its device us and its flash writes (flashfs.take_step())."""
+        cur = self.cur
+        if cur is None or cur["step"] is not None or not record:
+            return
+        typ = top = whole = 0
+        for path, e in record.items():
+            whole += e[1] if FLASH == "typ" else e[2]
+            if path.startswith(cur["prefix"]):
+                typ += e[1]
+                top += e[2]
+        if typ:
+            cur["step"] = (spent, typ, top, whole)
 
 
 class WsClient:
@@ -519,6 +638,15 @@ class Schedule:
 
 def main():
     write_settings()
+    history_at_start = None
+    if FLASH is not None:
+        import flashfs
+
+        flashfs.install(FLASH, _builtin_os)     # from here every drive write of the firmware stalls the clock
+        try:
+            history_at_start = _builtin_os.stat("history/history.bin")[6]
+        except OSError:
+            history_at_start = False           # a fresh drive: the history service creates the file at its start
     clock = Clock()
     clock.step_start = 0
     meter = SmlMeter(clock)
@@ -552,6 +680,8 @@ def main():
     battery = Battery(clock, meter) if MODE == "run" else None
     sma = SmaListener(clock, meter)
     ntp = NtpServer()
+    if FLASH is not None and MODE == "run":
+        ntp.quarter_after_s = 50       # a quarter hour closes about when the warm-up ends: the history has a record
     gc.collect()
     base = gc.mem_alloc()
     result["heap_total"] = gc.mem_free() + gc.mem_alloc()
@@ -627,6 +757,16 @@ def main():
         sched.every(1000, 2700, modbus.request)
         sched.every(1000, 2300, battery.ask)
         sched.every(2000, 4000, ws.ask)
+    events = None
+    if FLASH is not None and MODE == "run":
+        events = FlashEvents(app, sup, clock, (WARMUP_S + SECONDS // 5) * 1000, SECONDS * 1000 // 4)
+        # No time before the history service started: its first start on a fresh drive creates the file (a stall
+        # of seconds to minutes), and the quarter hour that closes 50 s after the clock syncs must come after it
+        # and after the first readings.
+        ntp.hold = lambda: events.slots["history"].phase == 0
+    longest = None          # the step with the longest flash stall: (typ us, max us, step us, cycle, paths)
+    warm_stall_us = 0
+    flash_at_measure = None
     start = _hostenv.sim_ms()
     real_start = _unix_time.ticks_ms()
     cycles = 0
@@ -639,12 +779,32 @@ def main():
         if measuring and not Latencies.on:
             for entry in profile.values():     # the profile too counts from the end of the warm-up
                 entry[:] = [0, 0, 0, 0, 0]
+            if FLASH is not None:
+                flash_at_measure = (flashfs.model.erases, flashfs.model.programs, flashfs.stall_us["typ"],
+                                    flashfs.stall_us["max"])
         Latencies.on = measuring
         clock.step_start = clock.mark()
         _hostenv.begin_step()
         sup.step()
         spent = _hostenv.end_step()     # device us
         cycles += 1
+        if FLASH is not None:
+            rec = flashfs.take_step()
+            if rec:
+                typ = top = 0
+                for e in rec.values():
+                    typ += e[1]
+                    top += e[2]
+                if longest is None or typ > longest[0]:
+                    longest = (typ, top, spent, cycles, sorted(rec))
+                if not measuring:
+                    # The warm-up is a minute of the firmware's work: the first start's erases (the history file)
+                    # would eat it at the maximum figure.
+                    warm_stall_us += typ if FLASH == "typ" else top
+                    start += warm_stall_us // 1000
+                    warm_stall_us %= 1000
+                if events is not None:
+                    events.step_done(spent, rec)
         if measuring:
             measured_cycles += 1
             b = spent // HIST_BUCKET_US
@@ -659,6 +819,8 @@ def main():
         ws.poll()
         socketpool.pump_udp()
         sched.run(elapsed_ms)
+        if events is not None and measuring:
+            events.tick(elapsed_ms, clients)
         while pending and len(clients) < HTTP_CLIENTS:
             path, kind = pending.pop(0)
             clients.append(HttpClient(path, clock, kind))
@@ -724,6 +886,21 @@ def main():
     })
     result["latency"]["telegram_to_mqtt"] = broker.latency.items
     result["latency"]["telegram_to_sma"] = sma.latency.items
+    if FLASH is not None:
+        fl = flashfs.summary()
+        m0 = flash_at_measure or (0, 0, 0, 0)
+        fl.update({
+            "measured": {"erases": fl["erases"] - m0[0], "programs": fl["programs"] - m0[1],
+                         "stall_us": fl["stall_us"]["typ"] - m0[2], "stall_us_max": fl["stall_us"]["max"] - m0[3]},
+            "events": events.results if events is not None else {},
+            "events_missing": [t[1] for t in events.todo] if events is not None else [],
+            "history": events.history() if events is not None else None,
+            "history_file_at_start": history_at_start,
+            "longest_step": None if longest is None else {
+                "stall_us": longest[0], "stall_us_max": longest[1], "step_us": longest[2], "cycle": longest[3],
+                "paths": longest[4]},
+            "watchdog_tripped": getattr(microcontroller.watchdog, "tripped", None)})
+        result["flash"] = fl
     if battery is not None:
         result["latency"]["telegram_to_shelly_udp"] = battery.latency.items
     sup.stop_all()

@@ -25,8 +25,11 @@ reset_reason = None
 # with begin_step()/end_step() and adds each sleep with advance(); everything the firmware reads
 # (supervisor.ticks_ms, time.monotonic) is this clock.
 factor = 1.0
-_device_us = 0         # device time at the start of the current step (or now, between steps)
-_step_t0 = None        # the interpreter's ticks_us when the current step began; None between steps
+_device_us = 0         # device time at the start of the current stretch of counted CPU time (or now, between steps)
+_step_t0 = None        # the interpreter's ticks_us when the current stretch began; None between steps and in pause()
+_step_start_us = 0     # device time when the current step began (pause()/resume() inside a step keep it)
+_in_step = False
+stalled_us = 0         # device time the chip stood still in stall() (flash erases and programs), in all
 
 
 _CPU_WRAP = 1 << 30   # benchclock.cpu_us() wraps here (a small int)
@@ -45,33 +48,47 @@ def device_us():
 
 
 def begin_step():
-    global _step_t0
+    global _step_t0, _step_start_us, _in_step
+    _step_start_us = _device_us
+    _in_step = True
     _step_t0 = benchclock.cpu_us()
 
 
 def end_step():
-    """Close the current step; its device microseconds."""
-    global _device_us, _step_t0
-    now = device_us()
-    spent = now - _device_us
-    _device_us = now
+    """Close the current step; its device microseconds (from begin_step(), stalls included, sleeps not)."""
+    global _device_us, _step_t0, _in_step
+    _device_us = device_us()
     _step_t0 = None
-    return spent
+    _in_step = False
+    return _device_us - _step_start_us
 
 
 def pause():
-    """Stop counting the step's CPU time (the bench's own measuring inside a step)."""
-    end_step()
+    """Stop counting the step's CPU time (the bench's own measuring inside a step); the step goes on."""
+    global _device_us, _step_t0
+    _device_us = device_us()
+    _step_t0 = None
 
 
 def resume():
-    begin_step()
+    global _step_t0
+    _step_t0 = benchclock.cpu_us()
 
 
 def advance(us):
-    """Device time that passes without work (the loop's sleep)."""
-    global _device_us
+    """Device time that passes without work (the loop's sleep; a sleep inside a step is not the step's time)."""
+    global _device_us, _step_start_us
     _device_us += us
+    if _in_step:
+        _step_start_us += us
+
+
+def stall(us):
+    """The whole chip stands still for us (a flash erase or program: code and PSRAM sit behind the same cache): inside
+    a step the step grows by it, between steps the clock moves on."""
+    global _device_us, stalled_us
+    _device_us += us
+    stalled_us += us
 
 
 def sim_ms():
