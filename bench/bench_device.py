@@ -263,12 +263,12 @@ def short_of_memory(rc, result):
     return None
 
 
-def grown_heap(binary, seconds, mode="run", frozen=False, steps=HEAP_STEPS_KB, log=print):
+def grown_heap(binary, seconds, mode="run", frozen=False, steps=HEAP_STEPS_KB, log=print, flags=()):
     """(heap KB, result) of the standard load in the heap the device grows to: the smallest of the doubling steps in
     which the whole run completes with no allocation failing. On the S3 the heap grows exactly when an allocation
     fails after a collection, so it stops at that step."""
     for heap in steps:
-        rc, result, tail = run_firmware(binary, seconds, mode, heap, frozen=frozen)
+        rc, result, tail = run_firmware(binary, seconds, mode, heap, frozen=frozen, flags=flags)
         why = short_of_memory(rc, result)
         if why is None:
             return heap, result
@@ -449,7 +449,86 @@ S3_PYSTONES_FAST = 2000
 BUDGETS = (    # issue 25: S3 ms at the 1,000 reference, the grown heap, the standard load
     ("cycle_ms_median", 20), ("cycle_ms_p95", 100), ("cycle_ms_worst", 500), ("idle_cycle_ms_median", 10),
     ("gc_ms_worst", 100), ("alive_ms_p95", 200), ("latest_ms_p95", 300), ("telegram_to_mqtt_ms_p95", 1000),
-    ("telegram_to_shelly_udp_ms_p95", 1000), ("telegram_to_sma_ms_p95", 1000))
+    ("telegram_to_shelly_udp_ms_p95", 1000), ("telegram_to_sma_ms_p95", 1000),
+    # issue 35, point 7: a history flush, a log write and a settings save in the window, at the typical flash figure
+    ("flash_worst_cycle_ms", 500), ("flash_worst_alive_ms", 500), ("flash_history_flush_ms", 500),
+    ("flash_log_write_ms", 500), ("flash_settings_save_ms", 500))
+# The standard load's runs put CIRCUITPY on NOR flash (runner.py, "flash="): every write of the firmware stalls the
+# device clock at the typical figures of the flash chip (bench/device/stand_ins/flash_model.py).
+FLASH_FLAGS = ("flash=typ",)
+FLASH_KINDS = (("history_flush", "flash_history_flush_ms"), ("log_write", "flash_log_write_ms"),
+               ("settings_save", "flash_settings_save_ms"))
+
+
+def flash_figures(run):
+    """The flash keys of a run with the flash model (S3 ms; the first start's stall in S3 s), {} without it.
+
+    The run charges the typical figures; the "_max" keys are the same steps with the chip's maximum erase and program
+    times in place of the typical ones (the model counts both for every erase)."""
+    fl = run.get("flash")
+    if not fl:
+        return {}
+    m = fl["measured"]
+    out = {"flash_erases": m["erases"], "flash_programs": m["programs"], "flash_stall_ms_total": ms(m["stall_us"]),
+           "flash_stall_ms_total_max": ms(m["stall_us_max"])}
+    cycles, alives, cycles_max, alives_max = [], [], [], []
+    for kind, key in FLASH_KINDS:
+        e = fl["events"].get(kind)
+        if not e or e["stall_us"] is None:
+            out[key] = out[key + "_max"] = None      # did not happen in the window (flash_events_missing)
+            continue
+        out[key] = ms(e["stall_us"])
+        out[key + "_max"] = ms(e["stall_us_max"])
+        more = e["stall_us_max"] - e["stall_us"] if fl["figure"] == "typ" else 0
+        cycles.append(e["cycle_us"])
+        cycles_max.append(e["cycle_us"] + more)
+        if e["alive_us"] is not None:
+            alives.append(e["alive_us"])
+            alives_max.append(e["alive_us"] + more)
+    out["flash_worst_cycle_ms"] = ms(max(cycles)) if cycles else None
+    out["flash_worst_alive_ms"] = ms(max(alives)) if alives else None
+    out["flash_worst_cycle_ms_max"] = ms(max(cycles_max)) if cycles_max else None
+    out["flash_worst_alive_ms_max"] = ms(max(alives_max)) if alives_max else None
+    first = fl["longest_step"]
+    if fl["history_file_at_start"] is False and first:
+        # a fresh drive: the longest step is the history service's start() creating its file
+        out["first_start_flash_stall_s_typ"] = first["stall_us"] / 1e6
+        out["first_start_flash_stall_s_max"] = first["stall_us_max"] / 1e6
+    out["flash_events_missing"] = [k for k, _ in FLASH_KINDS if out[dict(FLASH_KINDS)[k]] is None]
+    return out
+
+
+def flash_lines(result, figs):
+    """What the flash model charged in the standard run, in words."""
+    fl = result["flash"]
+    lines = ["  flash (CIRCUITPY on NOR flash, W25Q64JV figures: sector erase 45 ms typ / 400 ms max, page program "
+             "0.4 / 3 ms; each 4 KB sector written back = one erase + 16 page programs): in the measured window %d "
+             "erases, %d page programs, %.0f S3 ms of stalls (%.0f at the maximum figures)"
+             % (figs["flash_erases"], figs["flash_programs"], figs["flash_stall_ms_total"],
+                figs["flash_stall_ms_total_max"])]
+    for kind, _key in FLASH_KINDS:
+        e = fl["events"].get(kind)
+        if not e or e["stall_us"] is None:
+            lines.append("    %-14s did not happen in the window" % kind)
+            continue
+        lines.append("    %-14s stall %6.1f S3 ms (max %7.1f), its cycle %6.1f, alive waiting for it %6.1f"
+                     % (kind, e["stall_us"] / 1000, e["stall_us_max"] / 1000, e["cycle_us"] / 1000,
+                        (e["alive_us"] or 0) / 1000))
+    worst = []
+    for key in ("flash_worst_cycle_ms", "flash_worst_alive_ms"):
+        v = figs.get(key)
+        top = figs.get(key + "_max")
+        mark = "" if v is None else " budget 500: %s" % ("holds" if v <= 500 else "NOT MET")
+        worst.append("%s %s (max %s)%s" % (key, "-" if v is None else "%.1f" % v,
+                                           "-" if top is None else "%.1f" % top, mark))
+    lines.append("    " + "; ".join(worst))
+    if "first_start_flash_stall_s_typ" in figs:
+        ls = fl["longest_step"]
+        lines.append("    first start on a fresh drive (no history file): one step stalls %.1f S3 s (%.1f s at the "
+                     "maximum figures) writing %s; watchdog tripped in this run: %s"
+                     % (figs["first_start_flash_stall_s_typ"], figs["first_start_flash_stall_s_max"],
+                        ", ".join(ls["paths"]), fl.get("watchdog_tripped")))
+    return "\n".join(lines)
 
 
 def median(values):
@@ -487,7 +566,7 @@ def s3_figures(run, idle):
     def p95(kind):
         return ms(pct(lat.get(kind, ()), 95))
 
-    return {
+    figs = {
         "pystone_per_s": median(run["pystone_samples"]),
         "s3_factor": round(run["factor"], 1),
         "cycle_ms_median": ms(median(cycles)),
@@ -508,6 +587,8 @@ def s3_figures(run, idle):
         "heap_held_kb_max": run["held_max"] // 1024,
         "heap_grown_kb": run["heap_kb"],
     }
+    figs.update(flash_figures(run))
+    return figs
 
 
 def figures_line(figs, budgets=True):
@@ -551,12 +632,12 @@ def main(argv=()):
     except Skip as exc:
         print("device bench skipped: %s" % exc)
         return 0
-    heap, result = grown_heap(binary, args.seconds)
+    heap, result = grown_heap(binary, args.seconds, flags=FLASH_FLAGS)
     grown = dict(heap_kb=heap)
     idle = run_or_exit(binary, min(args.seconds, 30), "idle", **grown)
     figures = s3_figures(run=result, idle=idle)
     fast = ("--s3", str(S3_PYSTONES_FAST))
-    result_fast = run_or_exit(binary, args.seconds, "run", flags=fast, **grown)
+    result_fast = run_or_exit(binary, args.seconds, "run", flags=fast + FLASH_FLAGS, **grown)
     idle_fast = run_or_exit(binary, min(args.seconds, 30), "idle", flags=fast, **grown)
     figures_fast = s3_figures(run=result_fast, idle=idle_fast)
     out = {"circuitpython": CIRCUITPYTHON_TAG, "s3_reference_pystones": S3_PYSTONES, "run": result, "idle": idle,
@@ -569,6 +650,8 @@ def main(argv=()):
           % (result["pystone_samples"][0], result["factor"], S3_PYSTONES, result["pystone_samples"]))
     print("  ESP32-S3 ms at %d pystones/s (budgets of issue 25):" % S3_PYSTONES)
     print(figures_line(figures))
+    if result.get("flash"):
+        print(flash_lines(result, figures))
     print("  ESP32-S3 ms at %d pystones/s:" % S3_PYSTONES_FAST)
     print(figures_line(figures_fast, budgets=False))
     print("  %d collections in %d s of device time (%d s on this machine)"
@@ -588,7 +671,7 @@ def main(argv=()):
     if result["module_errors"]:
         print("  module errors             %s" % result["module_errors"])
     if not args.no_8mb:
-        worst = run_or_exit(binary, args.seconds, "run", heap_kb=PSRAM_KB)
+        worst = run_or_exit(binary, args.seconds, "run", heap_kb=PSRAM_KB, flags=FLASH_FLAGS)
         w = s3_figures(run=worst, idle=idle)
         out["whole_8mb"] = w
         out["whole_8mb_run"] = worst
@@ -629,7 +712,8 @@ def main(argv=()):
             print("    %-45s %s" % (name, kb(cost)))
     if args.frozen:
         frozen = build_frozen(source_tree(args.src), binary)
-        fheap, fr = grown_heap(frozen, args.seconds, frozen=True, steps=(128, 256) + HEAP_STEPS_KB)
+        fheap, fr = grown_heap(frozen, args.seconds, frozen=True, steps=(128, 256) + HEAP_STEPS_KB,
+                               flags=FLASH_FLAGS)
         fidle = run_or_exit(frozen, min(args.seconds, 30), "idle", heap_kb=fheap, frozen=True)
         out["frozen"] = fr
         out["frozen_figures"] = s3_figures(run=fr, idle=fidle)
