@@ -187,7 +187,7 @@ def add_bench_tools(root):
         shutil.copy(os.path.join(REPO, "host", "cp", name + ".py"), hw)
     for path in glob.glob(os.path.join(REPO, "bench", "device", "stand_ins", "*.py")):
         shutil.copy(path, hw)
-    for name in ("runner.py", "pystone_lowmem.py", "s3_clock.py"):
+    for name in ("runner.py", "start.py", "pystone_lowmem.py", "s3_clock.py"):
         shutil.copy(os.path.join(REPO, "bench", "device", name), root)
 
 
@@ -223,6 +223,128 @@ def stage(binary=None, firmware_mpy=False, frozen=False):
             for top in ("core", "drivers", "meter", "services"):
                 compile_mpy(binary, os.path.join(root, top))
     return root
+
+
+def overlay_update(root):
+    """What a network update leaves on a drive: every application file as the release's update ships it, written
+    over the drive's files (today source: a .py beside a drive's .mpy wins the import)."""
+    from tools.ota_manifest import app_files
+
+    for rel in app_files(REPO):
+        dest = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(dest) or root, exist_ok=True)
+        shutil.copy(os.path.join(REPO, rel), dest)
+
+
+def start_once(binary, root, heap_kb, flags=()):
+    """(exit code, result or None, output tail) of one start (start.py) in the staged drive at root, kept after."""
+    cmd = [binary, "-X", "heapsize=%dk" % heap_kb, "start.py", str(START_SECONDS), "start"] + list(flags)
+    res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=START_SECONDS + 300)
+    result = None
+    for line in res.stdout.splitlines():
+        if line.startswith("@@BENCH@@ "):
+            result = json.loads(line[10:])
+    return res.returncode, result, res.stdout[-3000:]
+
+
+def start_once_with(binary, overlay, heap_kb=1024):
+    """One start of the .mpy drive after overlay(root) changed it (a test's hung feature); (rc, result, tail)."""
+    root = stage(binary, firmware_mpy=True)
+    try:
+        overlay(root)
+        return start_once(binary, root, heap_kb, ("--s3", str(S3_PYSTONES)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+START_SECONDS = 120      # device seconds a start may take in the bench before it counts as hung
+START_IMAGES = ("mpy", "py", "after_update")
+
+
+def start_figures(binary, heap_kb=1024, s3_pystones=None, log=print, overlay=None, flash="typ"):
+    """{image: [first start, second start]} of start results: the drive as .mpy (first start on a fresh drive, then
+    a start with the history file there), as .py, and an .mpy drive after a network update. Each start measures
+    this interpreter's pystones itself (the device clock's factor for s3_pystones). overlay(root): called on each
+    staged drive before its first start (a test's broken firmware). flash: the flash chip's "typ" or "max" erase and
+    program times on the clock (bench/device/stand_ins/flash_model.py), or None for none."""
+    out = {}
+    for image in START_IMAGES:
+        root = stage(binary, firmware_mpy=image != "py")
+        if overlay is not None:
+            overlay(root)
+        try:
+            runs = []
+            for n in range(2):
+                if image == "after_update" and n == 1:
+                    overlay_update(root)
+                flags = ("--s3", str(s3_pystones or S3_PYSTONES)) + (("flash=" + flash,) if flash else ())
+                rc, result, tail = start_once(binary, root, heap_kb, flags)
+                if rc != 0 or result is None or "memory_error" in result:
+                    log(tail)
+                    raise SystemExit("the start as %s did not run (exit %d)" % (image, rc))
+                runs.append(result)
+            out[image] = runs
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def start_keys(starts):
+    """The issue's start keys in S3 seconds (alive; first reading beside) from start_figures()."""
+    def s(result, key):
+        v = result.get(key)
+        return None if v is None else round(v / 1000, 2)
+
+    keys = {
+        "boot_s_mpy": s(starts["mpy"][1], "alive_ms"),
+        "boot_s_py": s(starts["py"][1], "alive_ms"),
+        "boot_s_after_update": s(starts["after_update"][1], "alive_ms"),
+        "boot_s_first": s(starts["mpy"][0], "alive_ms"),
+        "reading_s_mpy": s(starts["mpy"][1], "first_reading_ms"),
+        "reading_s_py": s(starts["py"][1], "first_reading_ms"),
+        "reading_s_after_update": s(starts["after_update"][1], "first_reading_ms"),
+        "reading_s_first": s(starts["mpy"][0], "first_reading_ms"),
+        "start_flash_stall_s_first": s(starts["mpy"][0].get("flash", {}), "stall_ms"),
+        "start_watchdog_gap_s_worst": max(r["watchdog_longest_gap_ms"] for rs in starts.values() for r in rs) / 1000,
+        "start_watchdog_tripped": sorted("%s#%d" % (k, i) for k, rs in starts.items() for i, r in enumerate(rs)
+                                         if r["watchdog_tripped"]),
+    }
+    return keys
+
+
+def start_json(starts, starts_fast, starts_max):
+    """The start's JSON keys at the 1,000 reference and the flash's typical times, the same at 2,000 and at the
+    flash's maximum beside, and every start's own figures."""
+    out = start_keys(starts)
+    out["start_at_2000_pystones"] = start_keys(starts_fast)
+    out["start_at_flash_max"] = start_keys(starts_max)
+    out["starts"] = starts
+    return out
+
+
+def print_starts(starts, starts_fast, starts_max):
+    """The start in S3 seconds per image, and what it is made of."""
+    keys, fast, top = start_keys(starts), start_keys(starts_fast), start_keys(starts_max)
+    print("the start, code.py's first line to the first /system/alive answer and to the first reading on MQTT "
+          "(S3 s at %d pystones/s; at %d beside; boot.py before it included):" % (S3_PYSTONES, S3_PYSTONES_FAST))
+    for image, label in (("first", "first start of a fresh drive (.mpy)"), ("mpy", "drive as .mpy"),
+                         ("py", "drive as .py"), ("after_update", "after a network update")):
+        print("  %-38s alive %6.1f (%5.1f)   reading %6.1f (%5.1f)"
+              % (label, keys["boot_s_" + image], fast["boot_s_" + image], keys["reading_s_" + image],
+                 fast["reading_s_" + image]))
+    for label, k in (("flash typical", keys), ("flash maximum", top)):
+        print("  watchdog, %s: longest gap between arming or feeding and the next feed %.1f S3 s (timeout %d s); "
+              "tripped: %s; the first start's flash stall %.1f S3 s (alive %.1f)"
+              % (label, k["start_watchdog_gap_s_worst"], starts["mpy"][1]["watchdog_timeout_s"],
+                 ", ".join(k["start_watchdog_tripped"]) or "none", k["start_flash_stall_s_first"] or 0,
+                 k["boot_s_first"] or -1))
+    r = starts["mpy"][1]
+    print("  the .mpy start: boot.py %.1f, code.py's imports %.1f, build() %.1f, loop to alive %.1f S3 s"
+          % (r["boot_py_ms"] / 1000, r["imports_ms"] / 1000, r["build_ms"] / 1000,
+             (r["alive_ms"] - r["code_to_loop_ms"]) / 1000))
+    print("  features' wiring (S3 s): " + ", ".join("%s %.1f" % (k, v / 1000) for k, v in
+                                                   sorted(r["features_ms"].items(), key=lambda kv: -kv[1])))
 
 
 HEAP_STEPS_KB = (512, 1024, 2048, 4096, 8192)   # totals CircuitPython's doubling passes (64 KB, 128 KB, ...)
@@ -309,12 +431,15 @@ import os
 for name in os.listdir("hw"):   # the stand-ins are C modules on the device: imported before any baseline
     if name.endswith(".py"):
         __import__(name[:-3])
+import benchclock
 for name in %r:
     gc.collect()
     before = gc.mem_alloc()
+    t = benchclock.cpu_us()
     __import__(name)
+    took = benchclock.cpu_us() - t
     gc.collect()
-    print("@@COST@@", name, gc.mem_alloc() - before)
+    print("@@COST@@", name, gc.mem_alloc() - before, took)
 # What one collection costs with only the modules' code and tables in the heap (nothing running): the floor under
 # every collection of the firmware loaded as files (frozen, the code is out of the heap and out of the marking).
 import benchclock
@@ -383,9 +508,10 @@ def import_order(mods):
 GC_OF_CODE = "@gc"
 
 
-def module_costs(binary):
+def module_costs(binary, mpy=False):
     """(heap each module holds of its own (its imports loaded first), largest first; the bench CPU us of one
-    collection with all of them loaded and nothing else)."""
+    collection with all of them loaded and nothing else; {module: bench CPU us of its own import}). mpy: the
+    firmware and libraries as .mpy files (the import times then are loading, not compiling)."""
     root = stage()
     try:
         mods = device_modules(root)
@@ -402,19 +528,23 @@ def module_costs(binary):
             if parent in mods:
                 todo.append(parent)
         order = [n for n in import_order(mods) if n in reach]
+        if mpy:
+            for top in ("core", "drivers", "meter", "services", "lib"):
+                compile_mpy(binary, os.path.join(root, top))
         res = subprocess.run([binary, "-c", OWN_COSTS % (order,)], cwd=root, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=300)
-        costs = {}
+        costs, import_us = {}, {}
         for line in res.stdout.splitlines():
             if line.startswith("@@COST@@"):
-                _, name, n = line.split()
+                _, name, n, us = line.split()
                 costs[name] = int(n)
+                import_us[name] = int(us)
             elif line.startswith("@@GC@@"):
                 costs[GC_OF_CODE] = int(line.split()[1])
         gc_us = costs.pop(GC_OF_CODE, None)
         if len(costs) != len(order) or gc_us is None:
             raise SystemExit("importing the device modules failed on CircuitPython:\n%s" % res.stdout[-2000:])
-        return sorted(costs.items(), key=lambda kv: -kv[1]), gc_us
+        return sorted(costs.items(), key=lambda kv: -kv[1]), gc_us, import_us
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -626,11 +756,21 @@ def main(argv=()):
                    help="also run with the firmware and libraries frozen into the interpreter (code out of the heap)")
     p.add_argument("--profile", action="store_true", help="also run once more with each module's polls profiled")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--start-only", action="store_true", help="only the start figures (boot_s_*), then stop")
     args = p.parse_args(list(argv))
     try:
         binary = build(source_tree(args.src))
     except Skip as exc:
         print("device bench skipped: %s" % exc)
+        return 0
+    starts = start_figures(binary)
+    starts_fast = start_figures(binary, s3_pystones=S3_PYSTONES_FAST)
+    starts_max = start_figures(binary, flash="max")
+    print_starts(starts, starts_fast, starts_max)
+    if args.start_only:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(start_json(starts, starts_fast, starts_max), f, indent=1, sort_keys=True)
         return 0
     heap, result = grown_heap(binary, args.seconds, flags=FLASH_FLAGS)
     grown = dict(heap_kb=heap)
@@ -643,6 +783,7 @@ def main(argv=()):
     out = {"circuitpython": CIRCUITPYTHON_TAG, "s3_reference_pystones": S3_PYSTONES, "run": result, "idle": idle,
            "s3_at_2000_pystones": figures_fast, "run_at_2000_pystones": result_fast}
     out.update(figures)
+    out.update(start_json(starts, starts_fast, starts_max))
     print("code.py on CircuitPython %s unix port (32-bit, OBJ_REPR_C, single floats), standard load for %d s, in "
           "the heap the S3 grows to: %d KB" % (CIRCUITPYTHON_TAG, args.seconds, heap))
     print("  this interpreter: %d pystones/s at the start (the device clock's factor: one bench ms of the firmware's "
@@ -697,7 +838,7 @@ def main(argv=()):
                   % ("%d KB" % smallest if smallest else "> 1024 KB", ".mpy" if mpy else ".py"))
         out["boot_heap_kb"] = out["smallest_heap_kb_py"]
     if not args.no_costs:
-        costs, gc_us = module_costs(binary)
+        costs, gc_us, _ = module_costs(binary)
         out["module_costs"] = costs
         out["gc_ms_code_only"] = round(gc_us * result["factor"] / 1000, 1)
         out["shares"] = shares(costs)
