@@ -236,16 +236,20 @@ def overlay_update(root):
         shutil.copy(os.path.join(REPO, rel), dest)
 
 
-def start_once(binary, root, heap_kb, flags=()):
-    """(exit code, result or None, output tail) of one start (start.py) in the staged drive at root, kept after."""
-    cmd = [binary, "-X", "heapsize=%dk" % heap_kb, "start.py", str(START_SECONDS), "start"] + list(flags)
-    res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=START_SECONDS + 300)
+def bench_process(cmd, root, timeout):
+    """(exit code, the @@BENCH@@ result or None, output tail) of one bench process run in the drive folder root."""
+    res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     result = None
     for line in res.stdout.splitlines():
         if line.startswith("@@BENCH@@ "):
             result = json.loads(line[10:])
     return res.returncode, result, res.stdout[-3000:]
+
+
+def start_once(binary, root, heap_kb, flags=()):
+    """(exit code, result or None, output tail) of one start (start.py) in the staged drive at root, kept after."""
+    cmd = [binary, "-X", "heapsize=%dk" % heap_kb, "start.py", str(START_SECONDS), "start"] + list(flags)
+    return bench_process(cmd, root, START_SECONDS + 300)
 
 
 def start_once_with(binary, overlay, heap_kb=1024):
@@ -359,15 +363,10 @@ def run_firmware(binary, seconds, mode="run", heap_kb=None, firmware_mpy=False, 
         if heap_kb:
             cmd += ["-X", "heapsize=%dk" % heap_kb]
         cmd += ["runner.py", str(seconds), mode] + (["frozen"] if frozen else []) + list(flags)
-        res = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=seconds + 180)
-        result = None
-        for line in res.stdout.splitlines():
-            if line.startswith("@@BENCH@@ "):
-                result = json.loads(line[10:])
+        rc, result, tail = bench_process(cmd, root, seconds + 180)
         if result is not None:
             result["heap_kb"] = heap_kb
-        return res.returncode, result, res.stdout[-3000:]
+        return rc, result, tail
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -642,6 +642,16 @@ class Schedule:
                 item[2]()
 
 
+def code_py_without_run():
+    """code.py's source without its last line (run(build())): the bench calls build() and steps the loop itself."""
+    with open("code.py") as f:
+        source = f.read()
+    tail = "\nrun(build())"
+    if source.count(tail) != 1:
+        raise SystemExit("code.py no longer ends with run(build()): update bench/device/runner.py")
+    return source.replace(tail, "\n")
+
+
 def main():
     write_settings()
     history_at_start = None
@@ -674,11 +684,7 @@ def main():
     gc_us = []
     http_lat = {}
 
-    with open("code.py") as f:
-        source = f.read()
-    tail = "\nrun(build())"
-    if source.count(tail) != 1:
-        raise SystemExit("code.py no longer ends with run(build()): update bench/device/runner.py")
+    source = code_py_without_run()
     code_globals = {"__name__": "__main__"}
     # The stand-ins are C modules on the device: imported before the baseline, so no figure counts them.
     for name in stand_ins():
@@ -692,7 +698,7 @@ def main():
     base = gc.mem_alloc()
     result["heap_total"] = gc.mem_free() + gc.mem_alloc()
     t0 = _unix_time.ticks_ms()
-    exec(source.replace(tail, "\n"), code_globals)   # imports, arms the watchdog, defines build() and run()
+    exec(source, code_globals)   # imports, arms the watchdog, defines build() and run()
     feature_heap = {}
     wire_feature = code_globals["wire_feature"]
 
@@ -925,10 +931,8 @@ def tiny():
     """A heap too small for everything (a board without PSRAM): code.py as on the device, then the loop for a
     while; the bench allocates next to nothing itself. Says which features are off and that the loop runs."""
     write_settings()
-    with open("code.py") as f:
-        source = f.read()
     code_globals = {"__name__": "__main__"}
-    exec(source.replace("\nrun(build())", "\n"), code_globals)
+    exec(code_py_without_run(), code_globals)
     app = code_globals["build"]()
     sup = app.supervisor
     for _ in range(300):

@@ -71,14 +71,10 @@ def main():
     # CircuitPython starts code.py in a fresh VM after boot.py: its heap is gone.
     gc.collect()
     code_start = _hostenv.device_us()
-    with open("code.py") as f:
-        source = f.read()
-    tail = "\nrun(build())"
-    if source.count(tail) != 1:
-        raise SystemExit("code.py no longer ends with run(build()): update bench/device/start.py")
+    source = runner.code_py_without_run()
     scope = {"__name__": "__main__"}
     _hostenv.begin_step()
-    exec(source.replace(tail, "\n"), scope)
+    exec(source, scope)
     imported = _hostenv.device_us()
     features = {}
     wire_feature = scope["wire_feature"]
