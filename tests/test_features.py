@@ -129,6 +129,11 @@ def _code_py_namespace(monkeypatch, tmp_path):
     assert source.count("\nrun(build())") == 1
     namespace = {"__name__": "code_under_test"}
     exec(compile(source.replace("\nrun(build())", "\n"), "code.py", "exec"), namespace)
+    # code.py armed the host's real watchdog (its countdown runs from the mode, as on the chip): disarm it, or its
+    # expiry would end this test process 30 s later. The tests hand code.py's functions a fake watchdog instead.
+    import microcontroller
+
+    microcontroller.watchdog.mode = None
     return namespace
 
 
