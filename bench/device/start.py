@@ -129,7 +129,7 @@ def main():
         "alive_ms": None if alive_us is None else (alive_us - start_us) // 1000,
         "first_reading_ms": None if broker.first_us is None else (broker.first_us - start_us) // 1000,
         "features_ms": features,
-        "modules_loaded": len([n for n in sys.modules if n.split(".")[0] in FIRMWARE_TOPS]),
+        "modules_loaded": sorted(n for n in sys.modules if n.split(".")[0] in FIRMWARE_TOPS),
         "loop_steps": steps,
         "worst_loop_step_ms": worst_step // 1000,
         "watchdog_timeout_s": wd.timeout,
