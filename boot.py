@@ -11,6 +11,10 @@ import storage
 JOURNAL = "ota/journal"
 MAX_TRIAL_BOOTS = 3   # boots a new version gets to prove itself before it is rolled back
 NEVER_SWITCHED = ("boot.py", "ota_keys.txt")   # the anchor and the trusted update keys: changed over USB only
+# What this boot.py's switch can do; the OTA service reads it before it stages an update (docs/ota.md, "Twins").
+# 2: the journal's "gone" files (a module's other form, core/x.py beside a new core/x.mpy) go to ota/prev with the
+# switch and come back with a rollback. A boot.py without the constant (1) only switches the staged files.
+SWITCH_VERSION = 2
 
 
 def code_may_write(button_pressed):
@@ -105,8 +109,22 @@ def switch_files(fs, files):
         fs.rename(staged, path)
 
 
+def set_aside(fs, gone, files):
+    """Move the files the update takes away (a module's other form, which would win or outlive it) to ota/prev."""
+    for path in gone:
+        if path in NEVER_SWITCHED or path in files or not fs.exists(path):
+            continue  # already set aside (a boot after a cut), or never to be
+        prev = "ota/prev/" + path
+        if fs.exists(prev):
+            fs.remove(path)   # not reachable with a clean ota/prev: keep the older copy as the backup
+        else:
+            _makedirs(fs, prev)
+            fs.rename(path, prev)
+
+
 def restore_files(fs, files, new_files):
-    """Roll back: every saved old file returns, files the update added are removed (idempotent)."""
+    """Roll back: every saved old file returns (set-aside twins too), files the update added are removed
+    (idempotent)."""
     for path in files:
         prev = "ota/prev/" + path
         if fs.exists(prev):
@@ -137,7 +155,9 @@ def update_step(fs, max_boots=MAX_TRIAL_BOOTS):
         return None
     phase = doc.get("phase")
     files = doc.get("files") or []
+    gone = doc.get("gone") or []
     if phase == "switch":
+        set_aside(fs, gone, files)   # first: a cut between the two steps leaves no twin that wins over a new file
         switch_files(fs, files)
         doc["phase"] = "trial"
         doc["boots"] = 1
@@ -153,7 +173,7 @@ def update_step(fs, max_boots=MAX_TRIAL_BOOTS):
             write_journal(fs, doc)
             return "trial"
     if phase == "rollback":
-        restore_files(fs, files, doc.get("new") or [])
+        restore_files(fs, files + gone, doc.get("new") or [])
         _note_rollback(fs, doc)
         drop_journal(fs)
         return "rollback"

@@ -217,3 +217,101 @@ def test_the_switch_never_replaces_boot_py_or_the_keys_file():
     from services.ota.manifest import PROTECTED
 
     assert set(PROTECTED) == set(B["NEVER_SWITCHED"])   # boot.py imports nothing of the application: two lists
+
+
+# ---- twins: a module's compiled (.mpy) and source (.py) forms (docs/ota.md, "Twins") -------------------------------
+# CircuitPython imports core/a.py before core/a.mpy, so an update that installs one form sets the other aside
+# (journal "gone"); a rollback brings it back and removes what the update added.
+
+TWIN_OLD = {"code.py": "old code", "core/a.py": "a as source (an earlier update)", "core/a.mpy": "C a old",
+            "core/b.mpy": "C b", "meter/m.mpy": "C m old", "settings.json": "{}", "history.bin": "HIST"}
+TWIN_NEW = {"code.py": "new code", "core/a.mpy": "C a new", "core/b.mpy": "C b", "core/c.mpy": "C c new module",
+            "meter/m.mpy": "C m old", "settings.json": "{}", "history.bin": "HIST"}
+SOURCE_NEW = {"code.py": "new code", "core/a.py": "a new source", "core/b.py": "b source", "meter/m.py": "m source",
+              "settings.json": "{}", "history.bin": "HIST"}
+# (old drive, new drive, staged files, new files, set aside): an .mpy update over a drive an earlier .py update
+# left with twins (core/a.py set aside), and a .py update over it (every .mpy of a module it ships set aside: stale)
+TWINS = {
+    "mpy_over_py": (TWIN_OLD, TWIN_NEW, ["code.py", "core/a.mpy", "core/c.mpy"], ["core/c.mpy"], ["core/a.py"]),
+    "py_over_mpy": (TWIN_OLD, SOURCE_NEW, ["code.py", "core/a.py", "core/b.py", "meter/m.py"],
+                    ["core/b.py", "meter/m.py"], ["core/a.mpy", "core/b.mpy", "meter/m.mpy"]),
+}
+
+
+def twin_drive(name):
+    old, new, staged, added, gone = TWINS[name]
+    files = dict(old)
+    for p in staged:
+        files["ota/stage/" + p] = new[p]
+    fs = FakeFs(files)
+    B["write_journal"](fs, {"phase": "switch", "from": "0.1.0", "to": "0.2.0", "files": staged, "new": added,
+                            "gone": gone})
+    return fs
+
+
+def test_the_boot_py_says_it_switches_twins():
+    assert B["SWITCH_VERSION"] == 2      # services/ota/service.py stages an .mpy update only when this is 2 or more
+
+
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_a_twin_switch_sets_the_other_form_aside_and_a_rollback_brings_it_back(name):
+    old, new, _staged, _added, gone = TWINS[name]
+    fs = twin_drive(name)
+    assert boot(fs) == "switch"
+    assert live_app(fs) == new
+    for p in gone:
+        assert fs.files["ota/prev/" + p] == old[p]
+    assert [boot(fs) for _ in range(4)] == ["trial", "trial", "rollback", None]
+    assert live_app(fs) == old          # the twins are back, the new module and the new source files are gone
+
+
+@pytest.mark.parametrize("healthy", [1, None], ids=["healthy", "crashing"])
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_power_cut_after_every_operation_of_a_twin_switch_and_rollback(name, healthy):
+    old, new = TWINS[name][0], TWINS[name][1]
+    ref = twin_drive(name)
+    ref.ops = 0
+    _settle(ref, healthy, old, new)
+    total = ref.ops
+    assert total > 10
+    for k in range(total + 1):
+        fs = twin_drive(name)
+        fs.ops = 0
+        fs.cut_after = k
+        try:
+            for _ in range(6):
+                boot(fs)
+                assert live_app(fs) in (old, new), k
+                j = B["read_journal"](fs)
+                if j is None:
+                    break
+                if j["phase"] == "trial" and healthy is not None:
+                    B["drop_journal"](fs)
+        except PowerCut:
+            pass
+        _settle(fs, healthy, old, new)
+        assert live_app(fs) == (new if healthy else old), k
+
+
+def _settle(fs, boots_before_good, old, new):
+    fs.cut_after = None
+    for _ in range(10):
+        boot(fs)
+        assert live_app(fs) in (old, new)
+        j = B["read_journal"](fs)
+        if j is None:
+            return
+        if j["phase"] == "trial" and boots_before_good is not None and j["boots"] >= boots_before_good:
+            B["drop_journal"](fs)
+            return
+    raise AssertionError("update never settled: %r" % B["read_journal"](fs))
+
+
+def test_a_journal_without_gone_switches_as_before():
+    """A journal written by a firmware before twins (no "gone"): the other form stays where it is."""
+    fs = twin_drive("mpy_over_py")
+    doc = B["read_journal"](fs)
+    del doc["gone"]
+    B["write_journal"](fs, doc)
+    boot(fs)
+    assert fs.files["core/a.py"] == TWIN_OLD["core/a.py"] and fs.files["core/a.mpy"] == "C a new"
