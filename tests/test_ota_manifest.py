@@ -33,6 +33,18 @@ def test_valid_manifest():
     ({"version": "1.x"}, "version"),
     ({"version": 2}, "version"),
     ({"format": 2}, "format"),
+    ({"format": 3}, "format"),
+    ({"format": True}, "format"),
+    ({"files": [{"path": "code.py", "size": 9, "sha256": SHA}, {"path": "core/a.py", "size": 9, "sha256": SHA},
+                {"path": "core/a.mpy", "size": 9, "sha256": SHA}]}, "would win"),
+    ({"mpy": "6"}, "mpy"),
+    ({"mpy": {"version": 6}}, "mpy.manifest"),
+    ({"mpy": {"version": 6, "manifest": "../x.json", "size": 9, "sha256": SHA}}, "mpy.manifest"),
+    ({"mpy": {"version": 6, "manifest": "https://evil.example/m.json", "size": 9, "sha256": SHA}}, "mpy.manifest"),
+    ({"mpy": {"version": 6, "manifest": "m.json", "size": 0, "sha256": SHA}}, "mpy.size"),
+    ({"mpy": {"version": 6, "manifest": "m.json", "size": 9, "sha256": SHA.upper()}}, "mpy.sha256"),
+    ({"mpy": {"version": "6.3", "manifest": "m.json", "size": 9, "sha256": SHA}}, "mpy.version"),
+    ({"format": 2, "mpy": {"version": 0}}, "mpy.version"),
     ({"files": []}, "files"),
     ({"files": [{"path": "code.py", "size": 9, "sha256": SHA.upper()}]}, "sha256"),
     ({"files": [{"path": "code.py", "size": 9, "sha256": SHA[:-1]}]}, "sha256"),
@@ -58,6 +70,75 @@ def test_bad_manifests_are_rejected_with_the_reason(over, needle):
     with pytest.raises(m.ManifestError) as e:
         m.parse_manifest(doc(**over))
     assert needle in str(e.value)
+
+
+def compiled_doc(**over):
+    d = {"format": 2, "version": "0.2.0", "mpy": {"version": 6, "compiler": "CircuitPython 10.2.1"},
+         "files": [{"path": "code.py", "size": 9, "sha256": SHA}, {"path": "core/version.mpy", "size": 9, "sha256": SHA},
+                   {"path": "core/tz.dat", "size": 9, "sha256": SHA}]}
+    d.update(over)
+    return json.dumps(d).encode()
+
+
+POINTER = {"version": 6, "compiler": "CircuitPython 10.2.1", "manifest": "manifest-mpy.json", "size": 300,
+           "sha256": SHA}
+
+
+def test_the_compiled_form_and_the_manifest_that_names_it():
+    """Format 2 lists the compiled form (.mpy files of one version); format 1 may name it (pinned by size and
+    SHA-256, so its own signature is not needed on the network path)."""
+    got = m.parse_manifest(compiled_doc())
+    assert got["format"] == 2 and got["mpy"] == 6 and got["mpy_manifest"] is None
+    assert [p for p, _s, _h in got["files"]] == ["code.py", "core/version.mpy", "core/tz.dat"]
+    got = m.parse_manifest(doc(mpy=POINTER))
+    assert got["format"] == 1 and got["mpy"] == 6 and got["mpy_manifest"] == ("manifest-mpy.json", 300, SHA)
+    plain = m.parse_manifest(doc())
+    assert plain["mpy"] is None and plain["mpy_manifest"] is None
+
+
+def test_firmware_before_the_compiled_form_reads_the_new_manifests_as_docs_say():
+    """A device running today's firmware (its manifest.py, copied): the format 1 manifest that names a compiled form
+    is read as before (its source files; the "mpy" object is ignored), the format 2 manifest (an uploaded -mpy.tar)
+    is refused with the reason, before any file is staged."""
+    from tests import ota_manifest_before_mpy as old
+
+    got = old.parse_manifest(doc(mpy=POINTER))
+    assert [p for p, _s, _h in got["files"]] == ["code.py", "core/version.py"]
+    with pytest.raises(old.ManifestError, match="unknown manifest format 2 \\(this firmware reads format 1\\)"):
+        old.parse_manifest(compiled_doc())
+
+
+@pytest.mark.parametrize("path,other", [("core/a.py", "core/a.mpy"), ("services/ota/x.mpy", "services/ota/x.py"),
+                                        ("code.py", None), ("web/app.js", None), ("core/tz.dat", None),
+                                        ("web/x.py", None)])
+def test_twins(path, other):
+    assert m.twin(path) == other
+
+
+def test_the_running_mpy_version(monkeypatch):
+    """CircuitPython's sys.implementation._mpy: low byte the .mpy version (the bench's 10.2.1 says 0x706: v6, sub-version
+    3 and its native arch above); CPython (the host runtime) has none."""
+    import sys
+    import types
+
+    assert m.running_mpy() is None
+    monkeypatch.setattr(sys, "implementation", types.SimpleNamespace(name="circuitpython", _mpy=0x706))
+    assert m.running_mpy() == 6
+    monkeypatch.setattr(sys, "implementation", types.SimpleNamespace(name="micropython", _mpy=0x706))
+    assert m.running_mpy() is None     # MicroPython's .mpy files start with 'M': CircuitPython's are another kind
+
+
+def test_the_compiled_form_inside_micropython():
+    from tools.mpvm import MicroVM
+
+    with MicroVM(packages=("core", "services")) as vm:
+        out, _fuel = vm.run(
+            "from services.ota import manifest as m\n"
+            "a = m.parse_manifest(%r)\n"
+            "b = m.parse_manifest(%r)\n"
+            "print(a['format'], a['mpy'], b['mpy_manifest'][0], m.twin('core/a.py'), m.running_mpy())\n"
+            % (compiled_doc().decode(), doc(mpy=POINTER).decode()))
+    assert out.split() == ["2", "6", "manifest-mpy.json", "core/a.mpy", "None"]
 
 
 def test_an_optional_expiry_in_unix_seconds():

@@ -16,6 +16,9 @@ KEYS_FILE = "ota_keys.txt"   # the trusted public keys beside boot.py: written o
 PROTECTED = ("boot.py", KEYS_FILE)
 
 
+FORMATS = (1, 2)   # 1: source (.py) files, maybe naming a compiled form; 2: the compiled form itself (docs/ota.md)
+
+
 class ManifestError(ValueError):
     """A manifest that must not be used; the message says why."""
 
@@ -67,6 +70,36 @@ def path_problem(path):
     return "not an application file (code.py, core/, drivers/, meter/, services/, web/)"
 
 
+def twin(path):
+    """A module's other form in an application package (core/x.py <-> core/x.mpy), or None (code.py, web/, data)."""
+    if "/" not in path or path.startswith("web/"):
+        return None
+    if path.endswith(".py"):
+        return path[:-3] + ".mpy"
+    if path.endswith(".mpy"):
+        return path[:-4] + ".py"
+    return None
+
+
+def running_mpy():
+    """The .mpy version this interpreter imports (CircuitPython's sys.implementation._mpy, low byte), or None."""
+    import sys
+
+    impl = sys.implementation
+    if getattr(impl, "name", "") != "circuitpython":
+        return None   # CPython (the host runtime) imports no .mpy; MicroPython's .mpy header differs ('M', not 'C')
+    v = getattr(impl, "_mpy", None)
+    return v & 0xFF if isinstance(v, int) else None
+
+
+def _mpy_version(doc):
+    """The "mpy" object's version (the .mpy files' bytecode version, header byte 1)."""
+    v = doc.get("version")
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 255:
+        raise ManifestError("mpy.version must be the .mpy files' version (1 to 255)")
+    return v
+
+
 def base_problem(base):
     """Why base is not a folder relative to the manifest's (no scheme, host, absolute path or ..), or None."""
     if base.strip(_PATH_CHARS):
@@ -89,8 +122,8 @@ def _text(doc, key, limit, required):
 
 
 def parse_manifest(data):
-    """The validated manifest as a dict (version, release_date, notes_de, notes_en, base, files, total); files is a
-    list of (path, size, sha256 hex). Raises ManifestError with the first problem found."""
+    """The validated manifest as a dict (version, release_date, notes_de, notes_en, base, files, total, format, mpy,
+    mpy_manifest); files is a list of (path, size, sha256 hex). Raises ManifestError with the first problem found."""
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError("manifest larger than %d bytes" % MAX_MANIFEST_BYTES)
     try:
@@ -101,8 +134,9 @@ def parse_manifest(data):
         raise ManifestError("manifest is nested too deeply")
     if not isinstance(doc, dict):
         raise ManifestError("manifest must be a JSON object")
-    if doc.get("format", 1) != 1:
-        raise ManifestError("unknown manifest format %r (this firmware reads format 1)" % (doc.get("format"),))
+    fmt = doc.get("format", 1)
+    if fmt not in FORMATS or isinstance(fmt, bool):
+        raise ManifestError("unknown manifest format %r (this firmware reads formats 1 and 2)" % (fmt,))
     version = _text(doc, "version", 23, True)
     try:
         parse_version(version)
@@ -126,6 +160,8 @@ def parse_manifest(data):
             raise ManifestError("%s: %s" % (path, problem))
         if path in seen:
             raise ManifestError("%s: listed twice" % path)
+        if twin(path) in seen:
+            raise ManifestError("%s: listed with %s (the .py would win the import)" % (path, twin(path)))
         seen.add(path)
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
@@ -150,6 +186,27 @@ def parse_manifest(data):
             raise ManifestError("min_version: %s" % exc)
         if floor > parse_version(version):
             raise ManifestError("min_version %s is above the version %s" % (min_version, version))
+    mpy = doc.get("mpy", None)
+    if mpy is not None and not isinstance(mpy, dict):
+        raise ManifestError("mpy must be an object")
+    mpy_version = None
+    pointer = None
+    if fmt == 2:   # the compiled form: its .mpy files import only where CircuitPython reads that version
+        if mpy is None:
+            raise ManifestError("format 2 lists compiled files: mpy.version is needed")
+        mpy_version = _mpy_version(mpy)
+    elif mpy is not None:   # format 1 naming its compiled form (a format 2 manifest pinned by size and SHA-256)
+        mpy_version = _mpy_version(mpy)
+        where = mpy.get("manifest")
+        if not isinstance(where, str) or not 0 < len(where) <= 96 or base_problem(where) or where.endswith("/"):
+            raise ManifestError("mpy.manifest must be a file relative to the manifest")
+        size = mpy.get("size")
+        sha = mpy.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MANIFEST_BYTES:
+            raise ManifestError("mpy.size must be 1 to %d bytes" % MAX_MANIFEST_BYTES)
+        if not isinstance(sha, str) or len(sha) != 64 or sha.strip(_HEX):
+            raise ManifestError("mpy.sha256 must be 64 lower-case hex digits")
+        pointer = (where, size, sha)
     expires = doc.get("expires", 0)
     if isinstance(expires, bool) or not isinstance(expires, int) or not 0 <= expires < 1 << 40:
         raise ManifestError("expires must be Unix seconds (an integer; 0 or absent: never)")
@@ -163,6 +220,9 @@ def parse_manifest(data):
         "min_version": min_version,
         "files": out,
         "total": total,
+        "format": fmt,
+        "mpy": mpy_version,      # format 2: its files' .mpy version; format 1: its compiled form's, or None
+        "mpy_manifest": pointer,  # format 1: (path, size, sha256) of its compiled form's manifest, or None
     }
 
 
