@@ -58,14 +58,15 @@ def _v1_drive(path):
 
 def test_a_power_cut_in_the_ring_size_migration_loses_no_record(tmp_path, monkeypatch):
     """SIGKILL before a drive change of the 15-day/1-year file's migration to 30 days/2 years: the next start
-    serves every record. Every step of the switch (rename, rename, remove) and every 29th write of the copy."""
+    serves every record. Every step of the switch (rename, rename, remove) and every 29th step of the sliced copy."""
     seed = str(tmp_path / "seed")
     hr0, lr0 = _v1_drive(seed)
     assert len(hr0) == 1500 and len(lr0) == 20
     whole = str(tmp_path / "whole")
     shutil.copytree(seed, whole)
     steps = hp.migration_steps(whole, 10 ** 9)
-    assert steps > 1000                        # the new file's creation, ~1500 record writes, the switch
+    # The new file written with its records in 234 slices (an open, a write and a close each), then the switch.
+    assert steps == 3 * -(-(hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE) // hs.FILL) + 5
     monkeypatch.chdir(whole)
     st = hs.HistoryStore()
     assert st.open() == "ok" and st.hr.cap == hs.HR_CAP == 3000 and st.lr.cap == hs.LR_CAP == 732

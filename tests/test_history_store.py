@@ -214,10 +214,10 @@ def test_an_interrupted_migration_is_finished_at_the_next_start(drive, state):
         done = HistoryStore(hr_cap=12, lr_cap=4)
         done.open()                        # a complete migration, then its steps undone in part
         os.rename(PATH, "history/history.new")
-        st2 = HistoryStore(hr_cap=8, lr_cap=2)
-        st2._create()
+        st2 = HistoryStore("history/orig.bin", hr_cap=8, lr_cap=2)   # the original as it was
+        st2.open()
         st2.write([r for r in hr0], [r for r in lr0])
-        os.rename(PATH, "history/history.old")
+        os.rename("history/orig.bin", "history/history.old")
         if state == "switched":
             os.rename("history/history.new", PATH)
     again = HistoryStore(hr_cap=12, lr_cap=4)

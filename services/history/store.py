@@ -13,7 +13,7 @@ from core.tz import civil_from_days
 #   header (64 bytes): magic "MPH\x01", version u16, record size u16, HighRes slots u16, LowRes slots u16,
 #                      zero padding, CRC-32 of bytes 0..59 at 60..63
 #   HighRes ring: HR_CAP slots of REC_SIZE bytes, then LowRes ring: LR_CAP slots. A file with other ring sizes in a
-#   valid header (an older firmware's 1500/372) is migrated record by record, see HistoryStore.migrate(); so is a
+#   valid header (an older firmware's 1500/372) is migrated record by record, see HistoryStore._migrate(); so is a
 #   version 1 file (56-byte records without the cost fields: its records keep every field, their cost unknown).
 # Record: seq u32, t u32 (UTC epoch s), day i32 (local day number), power i32 (W), off i16 (UTC offset, min),
 #         flags u16, a i64, b i64, c i64, d i64 (energies in 0.1 Wh), ic i32, ec i32 (import cost and export
@@ -44,7 +44,12 @@ F_EC = const(32)      # ec holds the export revenue
 F_IC_PART = const(64)   # LowRes: some quarter with import energy has no import cost (no price then)
 F_EC_PART = const(128)  # LowRes: some quarter with export energy has no export revenue
 
-_FILL = const(512)    # bytes per write when preallocating
+# Bytes written per slice while the file is made (created, extended, migrated, moved), one slice per poll of the
+# service: 2 blocks of FatFs, each erasing and reprogramming its 4 KB sector, plus the FAT block for the cluster
+# the slice adds and the directory entry at the close: 4 sector writes, ~206 S3 ms of stall at the flash's typical
+# figures and ~1.8 s at its maximum (docs/history.md). 238,912 bytes take 234 slices.
+FILL = const(1024)
+_ZERO = bytes(REC_SIZE)
 READ_BATCH = const(16)  # slots read per open while streaming an answer (896 bytes of buffer)
 
 
@@ -198,9 +203,15 @@ class Ring:
 
 class HistoryStore:
     """The history file at path (relative to the drive root; its folder is made when missing); log: core.log.Log
-    or None; legacy: where an older firmware kept the file (moved to path by open(), see move_legacy()).
+    or None; legacy: where an older firmware kept the file (moved to path by open(), see _move_legacy()).
 
-    opener(path, mode) opens the file for the readers (the bench swaps it inside the VM)."""
+    opener(path, mode) opens the file for the readers (the bench swaps it inside the VM).
+
+    Making the file (creating, extending, migrating, moving) writes it in slices of FILL bytes: begin() checks the
+    file and writes the first slice, step() one more each; ready says the file is complete and may be written.
+    Meanwhile self.hr / self.lr describe the file readers are served (the old one during a migration or a move,
+    the part written so far of a new or short one), so records() never yields anything but whole, valid records.
+    open() is begin() and every step at once (tests, tools)."""
 
     def __init__(self, path="history/history.bin", hr_cap=HR_CAP, lr_cap=LR_CAP, log=None, legacy=None):
         self.path = path
@@ -209,27 +220,72 @@ class HistoryStore:
         self.moved = False
         # An instance attribute, not a class one: a Python function there (a hooked open) would bind to self.
         self.opener = open
+        self.hr_cap = hr_cap
+        self.lr_cap = lr_cap
         self.hr = Ring(HR, HEADER_SIZE, hr_cap)
         self.lr = Ring(LR, HEADER_SIZE + hr_cap * REC_SIZE, lr_cap)
         self.size = HEADER_SIZE + (hr_cap + lr_cap) * REC_SIZE
         self.log = log
         self.status = None
         self.written = [0, 0]
+        self.ready = False       # the file is complete in this layout: write() may run
+        self.slices = 0          # slices written since begin()
+        self.done_bytes = 0      # how far the file being made is written (describe(), tests)
+        self._job = None         # the generator doing the work begin() started, one slice per step()
+        self.kept = (0, 0)       # (HighRes, LowRes) records the last migration kept
+        self._clean = True       # the slice buffer holds only zeros
         self._buf = bytearray(REC_SIZE)
+        self._slice = None       # FILL bytes, allocated at the first slice and kept: no allocation per slice
 
     def _note(self, level, msg, *args):
         if self.log is not None:
             self.log.log(level, msg, *args)
 
     def open(self):
-        """Check the file, repair what can be repaired keeping every readable record, find the ring heads.
+        """Check the file, repair what can be repaired keeping every readable record, find the ring heads, and
+        make the file complete now (all slices at once: for tests and tools; the service uses begin()/step()).
 
-        Returns the status: "ok", "created", "extended" (was truncated), "header" (header rewritten) or
-        "replaced" (another format, kept aside as <path>.v<N>).
+        Returns the status: "ok", "created", "extended" (was truncated), "header" (header rewritten),
+        "migrated" or "replaced" (another format, kept aside as <path>.v<N>).
         """
-        self.path = self.home
+        self.begin()
+        while not self.step():
+            pass
+        return self.status
+
+    def begin(self):
+        """Check the file and start what it needs: renames and the first slice of writing now, the rest in step().
+        Returns the status as known so far ("moving" while an older firmware's file is copied into its folder)."""
+        self.ready = False
+        self.slices = 0
+        self._job = self._opening()
+        self.step()
+        return self.status
+
+    def step(self):
+        """Do one slice of the work begin() started (at most FILL bytes written, or the renames that end a
+        migration); True once the file is complete. An OSError ends the work: begin() again starts it anew."""
+        job = self._job
+        if job is None:
+            return self.ready
         try:
-            self.move_legacy()
+            next(job)
+        except StopIteration:
+            self._job = None
+            self.ready = True
+            return True
+        except Exception:
+            self._job = None
+            raise
+        return False
+
+    def _opening(self):
+        # A generator: every yield ends a slice (at most FILL bytes written, then the file closed).
+        self.path = self.home
+        self._use(None)
+        self.done_bytes = 0
+        try:
+            yield from self._move_legacy()
         except OSError as exc:
             if self.legacy is None or not exists(self.legacy):
                 raise
@@ -237,13 +293,14 @@ class HistoryStore:
             self.path = self.legacy
             self._note("error", "history: cannot move %s to %s, using it where it is: %s", self.legacy, self.home, exc)
         self._finish_migration()
+        self._use(None)
         try:
             f = open(self.path, "rb")
         except OSError:
-            self._create()
             self.status = "created"
             self._note("warning", "history: %s missing, created", self.path)
-            return self.status
+            yield from self._build(self.path, 0)
+            return
         try:
             head = f.read(HEADER_SIZE)
             f.seek(0, 2)
@@ -254,12 +311,13 @@ class HistoryStore:
         status = "ok"
         if hdr is not None and hdr[0] == 1 and hdr[1] == V1_SIZE:
             # The format before the cost fields: every record copied into this format, its cost unknown.
-            n_hr, n_lr = self.migrate(hdr[2], hdr[3], V1_SIZE)
-            self.scan()
+            self.status = "migrating"
+            yield from self._migrate(hdr)
+            n_hr, n_lr = self.kept
             self.status = "migrated"
             self._note("warning", "history: %s migrated from format v1 to v%d, %d HighRes and %d LowRes records "
                        "kept", self.path, VERSION, n_hr, n_lr)
-            return self.status
+            return
         if hdr is not None and (hdr[0] != VERSION or hdr[1] != REC_SIZE):
             # A format this firmware cannot read: keep the file for a later migration, start a new one.
             aside = "%s.v%d" % (self.path, hdr[0])
@@ -271,38 +329,58 @@ class HistoryStore:
                 os.rename(self.path, aside)
             except OSError as exc:
                 self._note("error", "history: cannot set aside %s: %s", self.path, exc)
-            self._create()
             self.status = "replaced"
             self._note("warning", "history: %s has format v%d record size %d, kept as %s, new file created",
                        self.path, hdr[0], hdr[1], aside)
-            return self.status
-        if hdr is not None and (hdr[2] != self.hr.cap or hdr[3] != self.lr.cap):
+            yield from self._build(self.path, 0)
+            return
+        if hdr is not None and (hdr[2] != self.hr_cap or hdr[3] != self.lr_cap):
             # Another firmware's ring sizes (a valid header says so): copy every record into this layout.
-            n_hr, n_lr = self.migrate(hdr[2], hdr[3])
-            self.scan()
+            self.status = "migrating"
+            yield from self._migrate(hdr)
+            n_hr, n_lr = self.kept
             self.status = "migrated"
             self._note("warning", "history: %s migrated from %d/%d to %d/%d slots, %d HighRes and %d LowRes records "
-                       "kept", self.path, hdr[2], hdr[3], self.hr.cap, self.lr.cap, n_hr, n_lr)
-            return self.status
-        if length < self.size:
-            self._extend(length)
-            status = "extended"
-            self._note("warning", "history: %s truncated at %d of %d bytes, extended", self.path, length, self.size)
+                       "kept", self.path, hdr[2], hdr[3], self.hr_cap, self.lr_cap, n_hr, n_lr)
+            return
         if hdr is None:
+            if length < HEADER_SIZE + REC_SIZE:
+                # Not one whole record to keep: made afresh (the header in the first slice).
+                self.status = "extended"
+                self._note("warning", "history: %s truncated at %d of %d bytes, made again", self.path, length,
+                           self.size)
+                yield from self._build(self.path, 0)
+                return
             self._write_header()
-            if status == "ok":
-                status = "header"
+            status = "header"
             self._note("warning", "history: %s header unreadable, rewritten; records kept where their CRC holds",
                        self.path)
+        # The records there are served at once (a short file reads as far as it goes); the rest is zero-filled.
         self.scan()
         if self.hr.bad or self.lr.bad:
             self._note("warning", "history: %d HighRes and %d LowRes slots unreadable (torn or overwritten), skipped",
                        self.hr.bad, self.lr.bad)
+        if length < self.size:
+            status = "extended"
+            self.status = status
+            self._note("warning", "history: %s truncated at %d of %d bytes, extended", self.path, length, self.size)
+            # A torn last record is left as is: its CRC fails, the scan skipped it.
+            yield from self._build(self.path, length)
         self.status = status
-        return status
 
-    def move_legacy(self):
-        """Make the file's folder; move a file an older firmware kept at self.legacy to self.path, keeping it whole.
+    def _use(self, hdr):
+        """Serve the rings of a file with header hdr (another firmware's layout: its ring sizes, or version 1's
+        56-byte records), or of this layout when hdr is None; not scanned yet."""
+        if hdr is None:
+            hc, lc, rsize = self.hr_cap, self.lr_cap, REC_SIZE
+        else:
+            hc, lc, rsize = hdr[2], hdr[3], hdr[1]
+        self.hr = Ring(HR, HEADER_SIZE, hc, rsize)
+        self.lr = Ring(LR, HEADER_SIZE + hc * rsize, lc, rsize)
+
+    def _move_legacy(self):
+        """Make the file's folder; move a file an older firmware kept at self.legacy to self.path, keeping it whole
+        (a generator: the copy goes a slice per step, the old file served meanwhile).
 
         Why a folder: a file's directory entry is rewritten at every flush, and FAT root-directory entries share
         the root's sectors with settings.json, the log and the firmware's own files; a folder's entries live in
@@ -316,33 +394,64 @@ class HistoryStore:
           <tmp> only (legacy removed by hand) -> <tmp> becomes path (open() extends it if it is short)
         <tmp> and path are in the same folder with 8.3 names, so the rename rewrites one directory sector.
         """
-        slash = self.path.rfind("/")
-        if slash > 0 and not exists(self.path[:slash]):
-            os.mkdir(self.path[:slash])
+        home = self.path
+        slash = home.rfind("/")
+        if slash > 0 and not exists(home[:slash]):
+            os.mkdir(home[:slash])
         legacy = self.legacy
-        if legacy is None or legacy == self.path:
+        if legacy is None or legacy == home:
             return
-        dot = self.path.rfind(".")
-        tmp = (self.path[:dot] if dot > slash else self.path) + ".tmp"
-        if exists(self.path):
+        tmp = self._side("tmp")
+        if exists(home):
             if exists(legacy):
                 os.remove(legacy)
             return
         if exists(legacy):
             remove_quiet(tmp)
-            buf = bytearray(_FILL * 2)
-            with open(legacy, "rb") as src, open(tmp, "wb") as dst:
-                while True:
-                    n = src.readinto(buf)
-                    if not n:
-                        break
-                    dst.write(buf if n == len(buf) else memoryview(buf)[:n])
+            self.status = "moving"
+            self.path = legacy        # readers are served the old file until the copy is renamed
+            self._serve()
+            yield from self._copy(legacy, tmp)
+            self.path = home
         elif not exists(tmp):
             return
-        os.rename(tmp, self.path)
+        os.rename(tmp, home)
         remove_quiet(legacy)
         self.moved = True
-        self._note("warning", "history: %s moved to %s", legacy, self.path)
+        self._note("warning", "history: %s moved to %s", legacy, home)
+
+    def _serve(self):
+        """Serve the records of the file at self.path in whatever readable layout its header gives."""
+        with open(self.path, "rb") as f:
+            hdr = parse_header(f.read(HEADER_SIZE))
+        if hdr is not None and not ((hdr[0] == VERSION and hdr[1] == REC_SIZE) or (hdr[0] == 1 and hdr[1] == V1_SIZE)):
+            hdr = None          # another format: nothing in it passes a CRC of this one, so nothing is served
+        self._use(hdr)
+        self.scan()
+
+    def _copy(self, src, dst):
+        """Copy src to dst, a slice per step (a generator)."""
+        buf = self._slice_buf()
+        self._clean = False
+        with open(src, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+        at = 0
+        while True:
+            with open(src, "rb") as f:
+                f.seek(at)
+                n = f.readinto(buf)
+            with open(dst, "wb" if at == 0 else "r+b") as f:
+                if at:
+                    f.seek(at)
+                if n:
+                    f.write(buf if n == FILL else memoryview(buf)[:n])
+            at += n
+            self.done_bytes = at
+            self.slices += 1
+            if not n or at >= size:
+                return          # the rename that follows is part of the last slice's step
+            yield
 
     def _side(self, ext):
         """<path without its extension>.<ext>: a name beside the file in the same folder (8.3)."""
@@ -351,7 +460,7 @@ class HistoryStore:
         return (self.path[:dot] if dot > slash else self.path) + "." + ext
 
     def _finish_migration(self):
-        """Bring an interrupted migration to the state its last finished step stands for (see migrate())."""
+        """Bring an interrupted migration to the state its last finished step stands for (see _migrate())."""
         new = self._side("new")
         old = self._side("old")
         have_path = exists(self.path)
@@ -368,43 +477,56 @@ class HistoryStore:
             else:
                 os.rename(old, self.path)      # the copy went missing: the original comes back
 
-    def migrate(self, old_hr_cap, old_lr_cap, old_rsize=REC_SIZE):
-        """Copy the records of a file with other ring sizes (or version 1 records of old_rsize = V1_SIZE bytes)
-        into a new file of this layout; (HighRes, LowRes) records kept. The newest records win when a ring shrinks;
-        sequence numbers stay, so order is kept.
+    def _migrate(self, hdr):
+        """Copy the records of a file with other ring sizes (or version 1's 56-byte records) into a new file of
+        this layout, a slice per step (a generator); self.kept: (HighRes, LowRes) records kept. The newest records
+        win when a ring shrinks; sequence numbers stay, so order is kept. The original is served meanwhile.
 
         Power-cut safe in four drive steps, each leaving a state _finish_migration() completes:
-        1. <name>.new written completely (a cut: .new is removed, the original is untouched, migrate again);
-        2. the original renamed to <name>.old;  3. .new renamed to the file;  4. .old removed.
-        RAM: READ_BATCH slots at a time, never the whole file."""
+        1. <name>.new written completely, in slices (a cut: .new is removed, the original is untouched, migrate
+           again);  2. the original renamed to <name>.old;  3. .new renamed to the file;  4. .old removed.
+        Steps 2-4 run in one step(), so a reader never finds the file missing.
+        RAM: READ_BATCH slots of each ring and one slice at a time, never the whole file."""
         new = self._side("new")
         old = self._side("old")
         remove_quiet(new)
-        self._create(new)
-        kept = [0, 0]
-        buf = bytearray(REC_SIZE)
-        with open(new, "r+b") as out:
-            for i, kind, base, cap, ring in ((0, HR, HEADER_SIZE, old_hr_cap, self.hr),
-                                             (1, LR, HEADER_SIZE + old_hr_cap * old_rsize, old_lr_cap, self.lr)):
-                src = Ring(kind, base, cap, old_rsize)
-                with open(self.path, "rb") as f:
-                    src.scan(f, buf)
-                skip = src.valid - ring.cap
-                slot = 0
-                for r in src.records(open, self.path, bytearray(READ_BATCH * old_rsize)):
-                    if skip > 0:
-                        skip -= 1
-                        continue
-                    pack_into(buf, kind, r[0], r)
-                    out.seek(ring.offset(slot))
-                    out.write(buf)
-                    slot += 1
-                kept[i] = slot
+        self._use(hdr)
+        self.scan()
+        # [records of the old ring (a generator reading READ_BATCH slots per open), written, the last one]
+        feeds = []
+        for ring, cap in ((self.hr, self.hr_cap), (self.lr, self.lr_cap)):
+            recs = ring.records(open, self.path, bytearray(READ_BATCH * ring.rsize))
+            for _ in range(ring.valid - cap):
+                next(recs, None)     # a smaller ring keeps the newest (no firmware's layout has shrunk yet)
+            feeds.append([recs, 0, None])
+        hr_cap = self.hr_cap
+
+        def put(chunk, slot):
+            # The record for slot (HighRes slots first, then LowRes) packed into chunk; False: the slot stays empty.
+            feed = feeds[0] if slot < hr_cap else feeds[1]
+            recs = feed[0]
+            r = next(recs, None) if recs is not None else None
+            if r is None:
+                feed[0] = None
+                return False
+            pack_into(chunk, HR if slot < hr_cap else LR, r[0], r)
+            feed[1] += 1
+            feed[2] = r
+            return True
+
+        yield from self._build(new, 0, put)
         remove_quiet(old)
         os.rename(self.path, old)
         os.rename(new, self.path)
         remove_quiet(old)
-        return kept[0], kept[1]
+        # The new rings hold what was written, from slot 0 on: no scan needed to know their heads.
+        self._use(None)
+        for ring, feed in ((self.hr, feeds[0]), (self.lr, feeds[1])):
+            ring.valid = feed[1]
+            ring.head = feed[1] % ring.cap
+            ring.last = feed[2]
+            ring.next_seq = feed[2][0] + 1 if feed[2] is not None else 1
+        self.kept = (feeds[0][1], feeds[1][1])
 
     def scan(self):
         """Find both rings' heads and newest records."""
@@ -412,27 +534,51 @@ class HistoryStore:
             self.hr.scan(f, self._buf)
             self.lr.scan(f, self._buf)
 
-    def _create(self, path=None):
-        # Preallocate the whole file once: later flushes rewrite slots in place, so the FAT chain never changes.
-        with open(path or self.path, "wb") as f:
-            f.write(header_bytes(self.hr.cap, self.lr.cap))
-            self._fill(f, HEADER_SIZE)
-        if path is None:
-            self.scan()
+    def _slice_buf(self):
+        buf = self._slice
+        if buf is None:
+            buf = self._slice = bytearray(FILL)
+            self._clean = True
+        return buf
 
-    def _fill(self, f, at):
-        zero = bytes(_FILL)
-        n = self.size - at
-        while n > 0:
-            k = _FILL if n > _FILL else n
-            f.write(zero if k == _FILL else bytes(k))
-            n -= k
+    def _build(self, path, at, put=None):
+        """Write path from byte at to its full size, a slice of at most FILL bytes per step (a generator): the
+        header in the first slice, then zeros, or the records put(chunk, slot) packs in (a migration).
 
-    def _extend(self, length):
-        with open(self.path, "r+b") as f:
-            # A torn last record is left as is: its CRC fails, the scan skips it.
-            f.seek(length)
-            self._fill(f, length)
+        Zeros, because a fresh FAT cluster holds whatever was there before, possibly records of a deleted history
+        file with valid CRCs: a slot is only trusted once this file wrote it. The file grows slice by slice, and
+        FatFs writes a slice's data before the size that covers it, so a cut never leaves unwritten bytes inside
+        the file: open() finds it short and goes on from its end."""
+        buf = self._slice_buf()
+        mv = memoryview(buf)
+        size = self.size
+        while at < size:
+            end = at - at % FILL + FILL      # slices end on FILL boundaries: whole blocks after a partial first
+            if end > size:
+                end = size
+            n = end - at
+            if at == 0 or put is not None:
+                self._clean = False
+                c0 = at // REC_SIZE          # the slice's first 64-byte chunk: 0 is the header, c the slot c - 1
+                for k in range(n // REC_SIZE):
+                    o = k * REC_SIZE
+                    c = c0 + k
+                    if c == 0:
+                        mv[0:HEADER_SIZE] = header_bytes(self.hr_cap, self.lr_cap)
+                    elif put is None or not put(mv[o:o + REC_SIZE], c - 1):
+                        mv[o:o + REC_SIZE] = _ZERO
+            elif not self._clean:
+                for o in range(0, FILL, REC_SIZE):
+                    mv[o:o + REC_SIZE] = _ZERO
+                self._clean = True
+            with open(path, "wb" if at == 0 else "r+b") as f:
+                if at:
+                    f.seek(at)
+                f.write(buf if n == FILL else mv[:n])
+            at = end
+            self.done_bytes = at
+            self.slices += 1
+            yield
 
     def _write_header(self):
         with open(self.path, "r+b") as f:
@@ -448,6 +594,8 @@ class HistoryStore:
         self.written = [0, 0]
         if not hr_recs and not lr_recs:
             return
+        if not self.ready:
+            raise OSError("history: %s not complete yet" % self.path)
         buf = self._buf
         with open(self.path, "r+b") as f:
             for i, ring, recs in ((0, self.hr, hr_recs), (1, self.lr, lr_recs)):
