@@ -2,17 +2,20 @@
 
 import json
 
-from core.durable_file import read_text, write_text
+from core.durable_file import MAX_CHARS, read_text, write_text
 
 
-def write_atomic(path, obj):
-    """Store obj as JSON so that a power cut at any step leaves the old or the new document readable."""
-    write_text(path, json.dumps(obj))
+def write_atomic(path, obj, room=0):
+    """Store obj as JSON so that a power cut at any step leaves the old or the new document readable.
+
+    durable_file.TooLarge (an OSError; nothing written) for a document over MAX_CHARS: it could not be read back.
+    room: the largest document the caller expects, in bytes (the store's slots are made that large).
+    """
+    write_text(path, json.dumps(obj), room)
 
 
-# The largest document read back: the settings are ~2 KB, tokens and pairings a few hundred bytes. A larger file is
-# damaged (or planted): reading it whole could exhaust the heap at boot.
-MAX_CHARS = 16384
+# MAX_CHARS (16384): the largest document read back: the settings are ~2 KB (at most ~8 KB), tokens and pairings a
+# few hundred bytes. A larger file is damaged (or planted): reading it whole could exhaust the heap at boot.
 
 
 def _parse(text):

@@ -57,6 +57,9 @@ SECRETS = ("wifi.primary.password", "wifi.secondary.password", "accessPoint.pass
 # point get no secret. Not the WiFi passphrase: WPA2 never sends it, a backup cannot change the WiFi (restore
 # refuses those keys) and the page reuses it for a renamed network only after asking (tests/test_web_ui.py).
 SECRET_DESTINATIONS = (("mqtt.password", "mqtt.host"),)
+# Slots of the stored document (core/durable_file.py): the largest one the rules let through is ~8.2 KB of JSON
+# (tests/test_json_store_power_cut.py), so its slots are made once and a save only ever rewrites one in place.
+STORE_ROOM = 12288
 # Keys that take effect only at the next restart (the radio is configured at boot); everything else applies at once.
 RESTART_PREFIXES = ("wifi.", "accessPoint.")
 
@@ -596,7 +599,7 @@ class Settings:
     def commit(self, doc):
         """Persist doc atomically, then make it the live document."""
         if self.path:
-            write_atomic(self.path, doc)
+            write_atomic(self.path, doc, STORE_ROOM)
             self.writes += 1
         self.doc = doc
 

@@ -1,11 +1,14 @@
 """A power cut at every block write of core/json_store.write_atomic, replayed in ChaN's FatFs (fatfs-ng) on a volume
 formatted and laid out as CIRCUITPY (host/flash_meter.py): the next boot reads the old or the new document, and the
-next save leaves no cluster owned by two files (a cross-link would let a later write overwrite the settings).
+next save leaves no cluster owned by two files (a cross-link would let a later write overwrite the settings). The
+same for the first save on a drive an older firmware left (path, path.new, .tmp/.bak), for a document that outgrows
+its slots, and the erases a save costs (the flash sectors FatFs's block writes touch, as the device bench counts).
 
 The cut model: a 512-byte block is written whole or not at all; a cut falls between any two blocks, also inside one
 multi-block disk write. (A cut inside the erase of a 4 KB NOR sector is the platform's risk, for every file.)"""
 
 import json
+import os
 import struct
 
 import pytest
@@ -27,35 +30,71 @@ def _p(path):
 
 
 class _File:
-    """A file of the mounted FatFs volume with the text-file calls json_store makes."""
+    """A file of the mounted FatFs volume with the file calls durable_file makes; a seek is FatFs's f_lseek at once,
+    as CircuitPython's (beyond the end of a file open for writing it allocates clusters and grows the size)."""
 
     def __init__(self, path, mode="r"):
         self.fh = ff.FIL_Handle()
-        flags = ff.PY_FA_READ if mode == "r" else ff.PY_FA_WRITE | ff.PY_FA_CREATE_ALWAYS
+        self.binary = "b" in mode
+        if "+" in mode:
+            flags = ff.PY_FA_READ | ff.PY_FA_WRITE | ff.PY_FA_OPEN_EXISTING
+        elif "w" in mode:
+            flags = ff.PY_FA_WRITE | ff.PY_FA_CREATE_ALWAYS
+        else:
+            flags = ff.PY_FA_READ
+        self.writable = bool(flags & ff.PY_FA_WRITE)
         res = ff.pyf_open(self.fh, _p(path), flags)
         if res:
             raise OSError(2, "FatFs %s: %s" % (ff.fresult_to_name(res), path))
+        info = ff.FILINFO_Handle()
+        ff.pyf_stat(_p(path), info)
+        self.size = 0 if "w" in mode else info.get_size()
+        self.pos = 0
 
     def read(self, limit=-1):
         out = b""
         while limit < 0 or len(out) < limit:
-            res, data = ff.pyf_read(self.fh, 4096)[:2]
+            res, data = ff.pyf_read(self.fh, 4096 if limit < 0 else min(4096, limit - len(out)))[:2]
             if res or not data:
                 break
             out += data
-        return (out if limit < 0 else out[:limit]).decode()
+        self.pos += len(out)
+        return out if self.binary else out.decode()
 
-    def write(self, text):
-        ff.pyf_write(self.fh, text.encode())
+    def readinto(self, buf):
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def seek(self, pos, whence=0):
+        pos = pos + (self.size if whence == 2 else self.pos if whence == 1 else 0)
+        if not self.writable:
+            pos = min(pos, self.size)
+        ff.pyf_lseek(self.fh, pos)
+        self.pos = pos
+        self.size = max(self.size, pos)
+        return pos
+
+    def write(self, data):
+        data = bytes(data) if self.binary else data.encode()
+        ff.pyf_write(self.fh, data)
+        self.pos += len(data)
+        self.size = max(self.size, self.pos)
+        return len(data)
 
     def flush(self):
         ff.pyf_sync(self.fh)
+
+    def close(self):
+        if self.fh is not None:
+            ff.pyf_close(self.fh)
+            self.fh = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        ff.pyf_close(self.fh)
+        self.close()
 
 
 class _FatOs:
@@ -77,6 +116,10 @@ class _FatOs:
 
     def sync(self):
         pass  # FatFs wrote its window at f_sync/f_close/f_rename already
+
+    @staticmethod
+    def urandom(n):
+        return os.urandom(n)
 
 
 @pytest.fixture
@@ -199,6 +242,18 @@ def _rename_scheme(path, obj):
     _remove(fos, bak)
 
 
+def _copy_scheme(path, obj):
+    """The write this module replaced next (core/durable_file.py before the slot file): path.new written whole, path
+    truncated and rewritten, path.new removed; kept here for its erases."""
+    fos = _FatOs()
+    text = json.dumps(obj)
+    for name in (path + ".new", path):
+        with _File(name, "w") as f:
+            f.write(text)
+            f.flush()
+    _remove(fos, path + ".new")
+
+
 def _cut_and_boot(volume, base, writes, cut, save):
     """The volume as a power cut after writes[:cut] leaves it, booted: (document read, cross-links then, and
     cross-links after the boot saved again with save() and wrote a file that takes fresh clusters)."""
@@ -212,47 +267,66 @@ def _cut_and_boot(volume, base, writes, cut, save):
         save(PATH, NEXT)
         f = _File("history.bin", "w")
         f.write("h" * 20000)
-        f.__exit__()
+        f.close()
         again = json_store.read_json_file(PATH)
     finally:
         boot.close()
     return doc, at_cut, _cross_links(image, volume) or ([] if again == NEXT else ["settings lost: %r" % again])
 
 
-def _replay(save):
-    """Every (warm-up saves, filler entries, cut) of one save(PATH, NEW) after save(PATH, OLD): [(case, result)].
+def _volume(fillers):
+    volume = Volume(kb=flash_meter.VOLUME_KB)
+    lay_out_circuitpy(volume, firmware=True)
+    for i in range(fillers):
+        volume.put("F%d.TXT" % i, b"")      # one 8.3 entry each
+    return volume
+
+
+def _warm(save):
+    def prepare(volume, warm):
+        for _ in range(warm + 1):
+            save(PATH, OLD)
+    return prepare
+
+
+def _replay(save, prepare=None, new=NEW, warms=range(4), fillers=range(16)):
+    """Every (warm-up, filler entries, cut) of one save(PATH, new) after prepare(volume, warm) (default: warm + 1
+    saves of OLD): [(case, (document read, cross-links at the cut, after))].
 
     Filler entries before settings.json move its entries (and its siblings', three entries each) through every
     position of a 16-entry directory block, and warm-up saves leave the deleted slots that later names reuse, so
-    some renames span two blocks."""
+    some renames span two blocks (and the slot file's two slots take turns)."""
+    prepare = prepare or _warm(save)
     out = []
-    for warm in range(4):
-        for fillers in range(16):
-            volume = Volume(kb=flash_meter.VOLUME_KB)
-            lay_out_circuitpy(volume, firmware=True)
-            for i in range(fillers):
-                volume.put("F%d.TXT" % i, b"")      # one 8.3 entry each
-            for _ in range(warm + 1):
-                save(PATH, OLD)
+    for warm in warms:
+        for fill in fillers:
+            volume = _volume(fill)
+            prepare(volume, warm)
             assert json_store.read_json_file(PATH) == OLD
             base = bytes(volume.disk.storage)
-            writes = _block_writes(volume, lambda: save(PATH, NEW))
-            assert len(writes) > 4
+            writes = _block_writes(volume, lambda: save(PATH, new))
+            assert len(writes) > 1
             for cut in range(len(writes) + 1):
-                out.append(((warm, fillers, cut, len(writes)), _cut_and_boot(volume, base, writes, cut, save)))
+                out.append(((warm, fill, cut, len(writes)), _cut_and_boot(volume, base, writes, cut, save)))
     return out
+
+
+def _old_then_new(runs, new=NEW):
+    """Every cut read OLD or new, no cut left a cross-link, and per layout: old until one block write, new after."""
+    by_case = {}
+    for case, (doc, at_cut, after) in runs:
+        assert doc in (OLD, new), "warm-up, fillers, cut, writes %r: %r" % (case, doc)
+        assert at_cut == [] and after == [], case
+        by_case.setdefault(case[:2], []).append(doc == new)
+    for seen in by_case.values():
+        assert not seen[0] and seen[-1] and seen == sorted(seen), seen
 
 
 def test_a_cut_at_any_block_leaves_the_old_or_new_document_and_a_clean_volume(on_fatfs):
     runs = _replay(json_store.write_atomic)
-    for case, (doc, at_cut, after) in runs:
-        assert doc in (OLD, NEW), "warm-ups, fillers, cut, writes %r: %r" % (case, doc)
-        assert at_cut == [] and after == [], case
-    by_case = {}
-    for (warm, fillers, _cut, _n), (doc, _a, _b) in runs:
-        by_case.setdefault((warm, fillers), []).append(doc["device_name"])
-    for seen in by_case.values():   # old until one block write, new from then on
-        assert seen[0] == "old" and seen[-1] == "new" and seen == sorted(seen, key=("old", "new").index), seen
+    _old_then_new(runs)
+    # the slot file is rewritten in place: the 4 blocks of NEW's 2 KB record and the directory entry's
+    assert max(n for (_w, _f, _c, n), _r in runs) == 5
 
 
 def test_the_rename_scheme_it_replaced_ends_cross_linked_after_one_cut(on_fatfs):
@@ -262,3 +336,151 @@ def test_the_rename_scheme_it_replaced_ends_cross_linked_after_one_cut(on_fatfs)
     linked_at_cut = [case for case, (_d, at_cut, _a) in runs if at_cut]
     broken_after = [case for case, (_d, _c, after) in runs if after]
     assert linked_at_cut and broken_after, (len(linked_at_cut), len(broken_after))
+
+
+OLDER = {"device_name": "older"}
+TORN = '{"device_name": "ne'
+# What drives of older firmware hold, by suffix of settings.json; read_json_file takes OLD from each.
+LEFT = {
+    "path alone": {"": OLD},
+    "path and a complete path.new (a cut save of the copy scheme)": {"": TORN, ".new": OLD},
+    "path.new older than nothing": {"": OLDER, ".new": OLD},
+    "legacy .tmp and .bak (a cut between the rename scheme's renames)": {".tmp": OLD, ".bak": OLDER},
+    "path and legacy names": {"": OLD, ".bak": OLDER},
+}
+
+
+@pytest.mark.parametrize("left", sorted(LEFT))
+def test_the_first_save_on_an_older_drive_migrates_with_every_cut_safe(on_fatfs, left):
+    files = LEFT[left]
+
+    def prepare(volume, _warm):
+        for suffix in sorted(files):
+            doc = files[suffix]
+            volume.put(PATH + suffix, (doc if isinstance(doc, str) else json.dumps(doc)).encode())
+
+    _old_then_new(_replay(json_store.write_atomic, prepare, warms=range(1), fillers=range(0, 16, 5)))
+    # and after a whole save only the slot file and the legacy names are left (those are only read: see
+    # core/durable_file.py)
+    volume = _volume(0)
+    prepare(volume, 0)
+    json_store.write_atomic(PATH, NEW)
+    fos = _FatOs()
+    assert [s for s in ("", ".new", ".slots", ".tmp", ".bak") if _exists(fos, PATH + s)] == \
+        [".slots"] + [s for s in (".tmp", ".bak") if s in files]
+    assert json_store.read_json_file(PATH) == NEW
+
+
+BIG = {"device_name": "big", "pad": "y" * 6000}
+
+
+def test_a_document_that_outgrows_its_slots_is_moved_to_a_larger_file_with_every_cut_safe(on_fatfs):
+    runs = _replay(json_store.write_atomic, new=BIG, warms=range(2), fillers=range(0, 16, 5))
+    _old_then_new(runs, BIG)
+
+
+def test_a_document_too_large_is_refused_before_any_block_is_written(on_fatfs):
+    volume = _volume(0)
+    json_store.write_atomic(PATH, OLD)
+    huge = {"device_name": "huge", "pad": "z" * json_store.MAX_CHARS}
+    with pytest.raises(OSError) as got:
+        assert _block_writes(volume, lambda: json_store.write_atomic(PATH, huge)) == []
+    assert isinstance(got.value, durable_file.TooLarge) and "at most 16384" in str(got.value)
+    assert json_store.read_json_file(PATH) == OLD
+
+
+# --- erases: each block write FatFs makes erases and reprograms the 4 KB flash sectors it touches ---
+
+def _bench_settings():
+    """The settings document the device bench saves (bench/device/runner.py write_settings(), then a POST of
+    ledEnable): the defaults with WiFi, MQTT, Modbus and both emulations on."""
+    from core import settings
+
+    doc = json.loads(json.dumps(settings.DEFAULTS))
+    doc["wifi"]["primary"].update({"ssid": "HostNetwork", "password": "host-password"})
+    doc["mqtt"].update({"enable": True, "host": "10.0.0.2", "port": 1883, "sendInterval": 1})
+    doc["modbus"].update({"enable": True, "port": 502, "model": 213})
+    doc["emulation"].update({"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0, "sma": True})
+    doc["medianFilterSize"] = 0
+    doc["ledEnable"] = False
+    return doc
+
+
+def _largest_settings():
+    """The largest settings document the rules let through: every text at its length limit in the characters JSON
+    escapes longest (an emoji is 12 characters as \\ud83d\\ude00, a control character 6)."""
+    from core import settings as s
+
+    def worst(kind, a, b):
+        if kind in ("text", "topic"):
+            return "\U0001F600" * a
+        if kind == "ssid":
+            return "\x01" * 32
+        if kind == "wpa":
+            return "\u00e9" * 31 + '"'
+        if kind == "secret":
+            return "\x01" * a
+        if kind == "host":
+            return ".".join(["a" * 63] * 3 + ["a" * 61])
+        if kind == "url":
+            return "https://" + "a" * 180 + ".example/"
+        if kind == "ipv4list":
+            return ",".join(["223.255.255.254"] * a)
+        if kind == "ipv4":
+            return "223.255.255.254"
+        if kind == "mask":
+            return "255.255.255.252"
+        if kind == "money":
+            return "-%d.%s" % (b // 10 ** a, "0" * a)
+        if kind == "int":
+            return b
+        if kind == "tou":
+            return [{"days": [1, 2, 3, 4, 5, 6, 7], "from": "00:00", "to": "24:00", "price": "-100.000000"}] * a
+        return None
+
+    doc = s._copy(s.DEFAULTS)
+    for key, (kind, a, b) in s.SCHEMA.items():
+        value = worst(kind, a, b)
+        if value is not None:
+            norm, err = s.check(key, value, lambda z: True)
+            assert err is None, (key, err)
+            s._set(doc, key, norm)
+    return doc
+
+
+def _erases(volume, save, doc):
+    """Flash sectors erased (and reprogrammed) by save(PATH, doc)."""
+    volume.reset_counts()
+    save(PATH, doc)
+    return sum(volume.erases.values())
+
+
+def test_erases_per_save(on_fatfs):
+    """A settings save of the device bench's document: the copy scheme's 13 erases (668 S3 ms of stall at the
+    flash's typical figure) become one per KB of record plus the directory entry; the largest settings document
+    the rules allow still fits the store."""
+    doc = _bench_settings()
+    largest = _largest_settings()
+    assert len(json.dumps(largest)) <= json_store.MAX_CHARS
+    from core.settings import STORE_ROOM
+
+    got = {}
+    for name, save in (("copy scheme", _copy_scheme),
+                       ("slot file", lambda p, o: json_store.write_atomic(p, o, STORE_ROOM))):
+        volume = _volume(0)
+        volume.put("boot_out.txt", b"")      # as on a drive in use
+        got[name + ", first save"] = _erases(volume, save, doc)
+        got[name] = max(_erases(volume, save, doc) for _ in range(4))
+        got[name + ", largest settings, first"] = _erases(volume, save, largest)
+        got[name + ", largest settings"] = max(_erases(volume, save, largest) for _ in range(4))
+        got[name + ", back to the bench's"] = max(_erases(volume, save, doc) for _ in range(4))
+    volume = _volume(0)
+    volume.put(PATH, json.dumps(doc).encode())
+    got["migration from path"] = _erases(volume, lambda p, o: json_store.write_atomic(p, o, STORE_ROOM), doc)
+    print("erases per save:", json.dumps(got, indent=1))
+    assert got["copy scheme"] == 13
+    assert got["slot file"] <= 4, got                          # 2 KB record: 2 clusters + the directory entry
+    assert got["slot file, back to the bench's"] <= 4, got
+    assert got["slot file, largest settings, first"] <= 10, got   # 9 KB record, the slots made large enough at first
+    assert got["slot file, largest settings"] <= 10, got
+    assert got["migration from path"] <= 10, got

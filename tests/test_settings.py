@@ -235,7 +235,7 @@ def test_persisted_and_reloaded(tmp_path):
     assert again.exists()
     assert again.get("device_name") == "Keller" and again.get("ctRatio") == 2.5
     assert again.get("wifi.primary.password") == "hunter2hunter2"
-    assert sorted(os.listdir(tmp_path)) == ["settings.json"]
+    assert sorted(os.listdir(tmp_path)) == ["settings.json.slots"]
 
 
 def test_invalid_stored_values_fall_back_to_defaults(tmp_path):
@@ -256,11 +256,24 @@ class PowerCut(Exception):
     pass
 
 
+# How the drive is before the save, and the steps (writes and removes) the save makes: a save into the slot file (one
+# write), the first save on a drive of the copy scheme (the slot file made: two writes; path removed), a document
+# larger than its slots (path.new written, the slot file made again, path.new removed).
+BEFORE = {"slots": 1, "plain": 3, "outgrown": 4}
+
+
+@pytest.mark.parametrize("before", sorted(BEFORE))
 @pytest.mark.parametrize("cut_at", range(5))
-def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
-    """Interrupt write_atomic before its n-th file-system operation; the reader gets the old or the new document."""
+def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at, before):
+    """Interrupt write_atomic before its n-th file-system operation; the reader gets the old or the new document.
+    (On the host's file system; tests/test_json_store_power_cut.py cuts at every block write inside FatFs.)"""
     path = str(tmp_path / "doc.json")
-    write_atomic(path, {"v": "old"})
+    new = {"v": "new", "pad": "x" * (5000 if before == "outgrown" else 10)}
+    if before == "plain":
+        with open(path, "w") as f:
+            f.write('{"v": "old"}')
+    else:
+        write_atomic(path, {"v": "old"})
     ops = {"n": 0}
     real = {"open": open, "remove": os.remove}
 
@@ -294,7 +307,7 @@ def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
 
     def fake_open(p, mode="r", *a, **k):
         f = real["open"](p, mode, *a, **k)
-        return TornFile(f) if "w" in mode else f
+        return TornFile(f) if "w" in mode or "+" in mode else f
 
     def fake_rename(a, b):
         raise AssertionError("rename %s -> %s" % (a, b))
@@ -307,16 +320,16 @@ def test_power_cut_at_any_step_leaves_old_or_new(tmp_path, monkeypatch, cut_at):
     monkeypatch.setattr(os, "rename", fake_rename)
     monkeypatch.setattr(os, "remove", fake_remove)
     try:
-        write_atomic(path, {"v": "new"})
+        write_atomic(path, new)
         finished = True
     except PowerCut:
         finished = False
     monkeypatch.undo()
     got = read_json_file(path)
-    assert got in ({"v": "old"}, {"v": "new"})
+    assert got in ({"v": "old"}, new)
     if finished:
-        assert got == {"v": "new"}
-    assert finished == (cut_at >= 3)  # three steps: write .new, rewrite the document, remove .new
+        assert got == new
+    assert finished == (cut_at >= BEFORE[before])
     # and the next write after the reboot works from whatever was left
     write_atomic(path, {"v": "next"})
     assert read_json_file(path) == {"v": "next"}
@@ -354,7 +367,7 @@ def test_write_atomic_never_renames(tmp_path, monkeypatch):
     for i in range(3):
         write_atomic(path, {"i": i})
         assert read_json_file(path) == {"i": i}
-    assert sorted(os.listdir(tmp_path)) == ["s.json"]
+    assert sorted(os.listdir(tmp_path)) == ["s.json.slots"]
 
 
 @pytest.mark.parametrize("left", [
@@ -383,3 +396,79 @@ def test_a_document_nested_too_deep_or_too_large_is_damaged_inside_micropython(t
     with MicroVM(packages=("core",), extra_files=[(str(tmp_path / n), n) for n in files]) as vm:
         out, _fuel = vm.run("from core.json_store import read_json_file\nprint(read_json_file('/input/s.json'))\n")
     assert out.strip() == "{'v': 'old'}", out
+
+
+_VM_FILES = '''
+import io, os as _os, json
+from core import durable_file as d
+from core.json_store import read_json_file, write_atomic
+files = {}
+class F:
+    def __init__(self, name, mode="r"):
+        if "w" in mode:
+            files[name] = b""
+        elif name not in files:
+            raise OSError(2)
+        self.name, self.bin, self.io = name, "b" in mode, io.BytesIO(files[name])
+    def read(self, n=-1):
+        data = self.io.read() if n < 0 else self.io.read(n)
+        return data if self.bin else data.decode()
+    def readinto(self, buf):
+        return self.io.readinto(buf)
+    def seek(self, pos, whence=0):
+        return self.io.seek(pos, whence)
+    def write(self, data):
+        return self.io.write(data if self.bin else data.encode())
+    def flush(self):
+        files[self.name] = self.io.getvalue()
+    def close(self):
+        self.flush()
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        self.close()
+class Os:
+    def stat(self, name):
+        if name not in files:
+            raise OSError(2)
+    def urandom(self, n):
+        return _os.urandom(n)
+def patch():
+    d.open = F
+    d.os = Os()
+    d.remove_quiet = lambda name: files.pop(name, None)
+'''
+
+
+def test_the_slot_file_written_and_read_inside_micropython(tmp_path):
+    """The store's own code in the VM (struct.pack_into, binascii.crc32 over a memoryview, readinto, seek from the
+    end): migration from a plain file, saves in place, a document outgrowing its slots, one too large; and the
+    slot file it makes is the one CPython reads (and the other way round)."""
+    path = str(tmp_path / "s.json")
+    write_atomic(path, {"v": "from CPython", "pad": "p" * 3000})
+    with MicroVM(packages=("core",), extra_files=[(path + ".slots", "c.json.slots")]) as vm:
+        out, _fuel = vm.run(_VM_FILES + '''
+print("cpython", read_json_file("/input/c.json")["v"])
+patch()
+files["s.json"] = b'{"v": "plain"}'
+print("plain", read_json_file("s.json")["v"], d.stored("s.json"))
+for i in range(3):
+    write_atomic("s.json", {"v": i})
+    print("saved", read_json_file("s.json")["v"], sorted(files), len(files["s.json.slots"]))
+write_atomic("s.json", {"v": "big", "pad": "y" * 6000})
+print("grown", read_json_file("s.json")["v"], sorted(files), len(files["s.json.slots"]))
+try:
+    write_atomic("s.json", {"v": "z" * 17000})
+except OSError as exc:
+    print("refused", isinstance(exc, d.TooLarge), read_json_file("s.json")["v"])
+import binascii
+print("hex", binascii.hexlify(files["s.json.slots"]).decode())
+''')
+    lines = out.splitlines()
+    assert lines[:5] == ["cpython from CPython", "plain plain True",
+                         "saved 0 ['s.json.slots'] 9216", "saved 1 ['s.json.slots'] 9216",
+                         "saved 2 ['s.json.slots'] 9216"], out[:2000]
+    assert lines[5].startswith("grown big ['s.json.slots'] ") and int(lines[5].split()[-1]) > 9216
+    assert lines[6] == "refused True big"
+    (tmp_path / "vm.json.slots").write_bytes(bytes.fromhex(lines[7].split()[1]))
+    assert read_json_file(str(tmp_path / "vm.json"))["v"] == "big"
