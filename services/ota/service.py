@@ -191,6 +191,8 @@ class OtaService(Module):
         self._hasher = None
         self._changed = None
         self._new = None
+        self._gone = None           # a module's other form the switch sets aside (boot.py's journal "gone")
+        self._paths = None
         self._writer = None
         self._dl_path = None
         self.progress = [0, 0]
@@ -198,11 +200,16 @@ class OtaService(Module):
         self._night_min = None
         self._now = 0
         self.keep_parts = False     # True keeps the parts loaded while idle (a test that tunes their classes)
+        self.mpy_version = None     # the .mpy version this interpreter imports (start(): sys.implementation._mpy)
+        self._source_form = None    # a checked format 1 manifest while its compiled form is fetched
+        self._compiled_url = None
+        self._check_t = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self):
         load_parts()   # the floor's version check; let go at the first idle poll
+        self.mpy_version = mf.running_mpy()
         self.bad = _read_json(BAD) or []
         floor = _read_json(FLOOR)
         if floor is None:
@@ -312,6 +319,7 @@ class OtaService(Module):
             return   # an install already under way finishes from the manifest it verified
         self._cancel_request()
         self._source = None
+        self._source_form = None
         self._sig_check = None
         self._manifest_data = None
         self._sink = self._sig_sink = None
@@ -481,6 +489,9 @@ class OtaService(Module):
             return
         self._req = None
         self.phase = IDLE
+        if self._source_form is not None:
+            self._compiled_fetched(now, req)
+            return
         if req.error is not None:
             if self._sig_sink is not None:
                 self._sink = self._sig_sink = None
@@ -548,6 +559,75 @@ class OtaService(Module):
             self._failed(now, "expired", "update check: the server's manifest (version %s) expired at %s UTC: "
                                          "refused (an old manifest served again)" % (m["version"], _iso(m["expires"])))
             return
+        offered = mf.is_newer(m["version"], self.version) and self._refusal(m) is None
+        if m["format"] == 2 and offered:
+            why = self._compiled_blocker(m["mpy"])
+            if why is not None:
+                self._failed(now, "manifest", "update check: %s is compiled (.mpy v%d) and cannot be installed here: "
+                                              "%s" % (m["version"], m["mpy"], why))
+                return
+        elif m["mpy_manifest"] is not None and offered:
+            why = self._compiled_blocker(m["mpy"])
+            if why is None:
+                self._fetch_compiled(m, t)
+                return
+            m["form_note"] = why
+        self._offer(now, m, t)
+
+    def _compiled_blocker(self, version):
+        """Why this device cannot install an update's compiled form (.mpy files of version), or None."""
+        if getattr(self._boot, "SWITCH_VERSION", 1) < 2:
+            return ("this drive's boot.py cannot set a module's .py aside for its .mpy (install boot.py over USB: "
+                    "python -m tools.install)")
+        if self.mpy_version is None:
+            return "this interpreter imports no CircuitPython .mpy files"
+        if self.mpy_version != version:
+            return "its .mpy files are version %d, this CircuitPython imports version %d" % (version, self.mpy_version)
+        return None
+
+    def _fetch_compiled(self, m, t):
+        """Fetch the compiled form's manifest that the signed manifest m pins by size and SHA-256 (no second
+        signature check: its bytes are what the signature covered)."""
+        path, size, sha = m["mpy_manifest"]
+        self._source_form = m
+        self._check_t = t
+        self._compiled_url = resolve(m["source"], path)
+        self._sink = st.HashingWriter(st.MemorySink(mf.MAX_MANIFEST_BYTES), size, sha, path)
+        self._req = hg.HttpGet(self._pool, self._compiled_url, self._sink, self._buf, self._ssl_factory)
+        self._req.reads_per_poll = MEMORY_READS_PER_POLL
+        self.phase = CHECKING
+
+    def _compiled_fetched(self, now, req):
+        """The compiled form's manifest arrived (or not): offer it, or the source form with the reason."""
+        m = self._source_form
+        sink = self._sink
+        self._source_form = None
+        self._sink = None
+        why = None
+        if req.error is not None:
+            why = "%s: %s" % (req.error.reason, req.error.message)
+        else:
+            try:
+                c = mf.parse_manifest(bytes(sink._f.data))
+            except mf.ManifestError as exc:
+                c = None
+                why = "bad manifest: %s" % exc
+            except (MemoryError, RuntimeError) as exc:
+                c = None
+                why = "manifest cannot be read: %r" % exc
+            if c is not None and (c["format"] != 2 or c["version"] != m["version"] or c["mpy"] != m["mpy"]):
+                why = "it is not the compiled form of %s (mpy v%s)" % (m["version"], m["mpy"])
+            if why is None:
+                c["source"] = self._compiled_url
+                c["expires"] = m["expires"]
+                self._offer(now, c, self._check_t)
+                return
+        m["form_note"] = "its compiled form could not be used (%s)" % why
+        self._note("warning", "ota: %s: %s", m["version"], m["form_note"])
+        self._offer(now, m, self._check_t)
+
+    def _offer(self, now, m, t):
+        """A valid, signed manifest that has not expired: offer it when it is newer and not refused."""
         # A check that took long (a slow server, the signature's ~90 polls on a loaded device) is fresh from its
         # end: GET ota/check would otherwise start another one at once and refuse ota/start as "Busy: checking".
         self._checked_at = now
@@ -565,6 +645,8 @@ class OtaService(Module):
         if mf.is_newer(m["version"], self.version):
             self.available = m
             self.message = "Version %s is available" % m["version"]
+            if m.get("form_note"):   # it installs as source: a slower start than the compiled form
+                self.message += " (as source: %s)" % m["form_note"]
             if self.last_error != "rolled_back":
                 self.last_error = ""
             self._note("info", "ota: %s", self.message)
@@ -621,6 +703,8 @@ class OtaService(Module):
         self._plan = list(m["files"])
         self._changed = []
         self._new = []
+        self._gone = []
+        self._paths = set(p for p, _s, _h in m["files"])
         self._hasher = None
         self.progress = [0, 0]
         self.message = "Preparing the update to %s" % m["version"]
@@ -643,15 +727,24 @@ class OtaService(Module):
                 self._hasher = None
                 if h.size is None:
                     self._new.append(path)
+                self._note_twin(path)
                 if h.size != size or h.sha != sha:
                     self._changed.append((path, size, sha))
+
+    def _note_twin(self, path):
+        """A module's other form on the drive that this version does not ship goes aside with the switch: core/x.py
+        would win the import over a new core/x.mpy, a core/x.mpy beside a new core/x.py is stale code."""
+        other = mf.twin(path)
+        if other is not None and other not in self._paths and getattr(self._boot, "SWITCH_VERSION", 1) >= 2 \
+                and exists(other):
+            self._gone.append(other)
 
     def _plan_done(self, now):
         total = 0
         for _p, size, _s in self._changed:
             total += size
         self.progress = [0, total]
-        if not self._changed:
+        if not self._changed and not self._gone:
             self._failed(now, "identical", "the files of %s are already installed" % self.available["version"])
             return
         free = self._free_bytes()
@@ -710,7 +803,8 @@ class OtaService(Module):
         if self._flush is not None:
             self._flush("ota")
         doc = {"phase": "switch", "from": self.version, "to": m["version"],
-               "files": [p for p, _s, _h in self._changed], "new": list(self._new), "min": m["min_version"]}
+               "files": [p for p, _s, _h in self._changed], "new": list(self._new), "gone": list(self._gone or ()),
+               "min": m["min_version"]}
         fs = self._boot.DriveFs()
         try:
             self._boot.write_journal(fs, doc)
@@ -954,6 +1048,10 @@ class OtaService(Module):
             self.available = m
             self._changed = list(m["files"])
             self._new = [p for p, _s, _h in m["files"] if not exists(p)]
+            self._gone = []
+            self._paths = set(p for p, _s, _h in m["files"])
+            for p, _s, _h in m["files"]:
+                self._note_twin(p)
             self._upload = None
             self.phase = IDLE
             self._note("info", "ota: upload of %s complete (%d files)", m["version"], len(m["files"]))
@@ -982,6 +1080,10 @@ class OtaService(Module):
             why = self._refusal(m)
             if why is None and not mf.is_newer(m["version"], self.version):
                 why = "version %s is not newer than the running %s" % (m["version"], self.version)
+            if why is None and m["format"] == 2 and self._compiled_blocker(m["mpy"]) is not None:
+                why = ("this archive holds %s compiled (.mpy v%d), which this device cannot install: %s; upload "
+                       "meterplus-%s-update.tar (its source form) instead"
+                       % (m["version"], m["mpy"], self._compiled_blocker(m["mpy"]), m["version"]))
             if why is not None:
                 self._upload_fail("version", why)
                 return
