@@ -14,7 +14,10 @@ import pytest
 
 from services.ota import manifest as mf
 from tests.ota_server import write_manifest
-from tests.test_ota_service import BOOT, env, run, tree  # noqa: F401  (env: the fixture)
+from tests import test_ota_service as base
+from tests.test_ota_service import BOOT, run, tree
+
+env = base.env   # the fixture: a drive with this repository's sources, release 0.2.0 on a local server
 
 pytestmark = pytest.mark.alone
 
@@ -90,7 +93,8 @@ def test_a_device_that_can_takes_the_compiled_form_and_sets_the_source_aside(env
 
 
 @pytest.mark.parametrize("mpy_version,boot,why", [
-    (6, OLD_BOOT, "this drive's boot.py cannot set a module's .py aside for its .mpy (install boot.py over USB: python -m tools.install)"),
+    (6, OLD_BOOT, "this drive's boot.py cannot set a module's .py aside for its .mpy (install boot.py over USB: "
+                  "python -m tools.install)"),
     (5, None, "its .mpy files are version 6, this CircuitPython imports version 5"),
     (None, None, "this interpreter imports no CircuitPython .mpy files"),
 ])

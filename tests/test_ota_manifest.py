@@ -74,7 +74,8 @@ def test_bad_manifests_are_rejected_with_the_reason(over, needle):
 
 def compiled_doc(**over):
     d = {"format": 2, "version": "0.2.0", "mpy": {"version": 6, "compiler": "CircuitPython 10.2.1"},
-         "files": [{"path": "code.py", "size": 9, "sha256": SHA}, {"path": "core/version.mpy", "size": 9, "sha256": SHA},
+         "files": [{"path": "code.py", "size": 9, "sha256": SHA},
+                   {"path": "core/version.mpy", "size": 9, "sha256": SHA},
                    {"path": "core/tz.dat", "size": 9, "sha256": SHA}]}
     d.update(over)
     return json.dumps(d).encode()
@@ -116,8 +117,8 @@ def test_twins(path, other):
 
 
 def test_the_running_mpy_version(monkeypatch):
-    """CircuitPython's sys.implementation._mpy: low byte the .mpy version (the bench's 10.2.1 says 0x706: v6, sub-version
-    3 and its native arch above); CPython (the host runtime) has none."""
+    """CircuitPython's sys.implementation._mpy: low byte the .mpy version (the bench's 10.2.1 says 0x706: v6,
+    sub-version 3 and its native arch above); CPython (the host runtime) has none."""
     import sys
     import types
 
