@@ -26,7 +26,7 @@ def berlin_midnight(y, m, d):
 class Sim:
     """A meter, a clock and the service on one stepped timeline; energy in 0.1 Wh."""
 
-    def __init__(self, start_utc, settings=None, store=None, log=None, imp=123_456_789_0, exp=0):
+    def __init__(self, start_utc, settings=None, store=None, log=None, imp=123_456_789_0, exp=0, made=True):
         self.bus = Bus()
         self.clock = FakeClock(start_utc)
         self.settings = FakeSettings(settings or {})
@@ -36,7 +36,16 @@ class Sim:
         self.ms = 0
         self.imp = imp
         self.exp = exp
+        self.made = made
         self.h.start()
+        self.finish_file()
+
+    def finish_file(self):
+        """With made: the file the start began is completed now (the tests of recording; the sliced making of the
+        file is tested on its own with made=False)."""
+        if self.made and self.h.store_ok:
+            while not self.store.step():
+                pass
 
     def run(self, seconds, step=10, import_w=900, export_w=0, meter=True):
         """Advance time; the meter counts energy all along but publishes readings only when meter is True."""
@@ -54,6 +63,7 @@ class Sim:
         self.h = History(self.bus, self.clock, self.settings, HistoryStore("history.bin", log=self.log), log=self.log)
         self.store = self.h.store
         self.h.start()
+        self.finish_file()
 
     def hr(self):
         return [r for r in self.store.records(HR)] + list(self.h.hr)
@@ -369,9 +379,23 @@ def test_a_drive_read_only_from_boot_records_to_ram_then_creates_the_file(monkey
     body = json.loads("".join(sim.h.high_res(days_from_civil(2026, 6, 10))()))
     assert body["count"] == 4                        # served from RAM meanwhile
     monkeypatch.setattr(builtins, "open", real_open)
-    sim.run(1800)
-    assert sim.h.store_ok and sim.h.state == "OK"
-    assert len(list(sim.store.records(HR))) == 6
+    sim.run(1800)                                    # the flush creates the file: its first slice
+    assert sim.h.store_ok and not sim.store.ready and len(sim.h.hr) == 6
+    assert "not complete yet" in sim.log.text()
+    _until_made(sim)                                 # a slice per poll, then the waiting records go out
+    assert sim.h.state == "OK" and not sim.h.hr
+    assert len(list(sim.store.records(HR))) == sim.h.counters["quarters"] >= 6
+
+
+def _until_made(sim):
+    """Poll until the file is complete, then once more (the records that waited are flushed); polls taken."""
+    n = 0
+    while not sim.store.ready:
+        sim.run(10)
+        n += 1
+        assert n < 1000
+    sim.run(10)
+    return n + 1
 
 
 def test_a_file_removed_while_running_is_created_again_at_the_next_flush():
@@ -381,8 +405,11 @@ def test_a_file_removed_while_running_is_created_again_at_the_next_flush():
     os.remove("history.bin")
     sim.run(3600)
     assert sim.h.counters["flush_errors"] == 1 and sim.h.hr
-    sim.run(3600)
-    assert len(list(sim.store.records(HR))) == 8 and sim.h.state == "OK"
+    sim.run(3600)                                    # the flush creates it again: its first slice
+    assert sim.store.status == "created" and not sim.store.ready
+    _until_made(sim)
+    assert sim.h.state == "OK" and not sim.h.hr
+    assert len(list(sim.store.records(HR))) == sim.h.counters["quarters"] - 4   # those flushed before the removal
 
 
 def test_a_time_zone_change_moves_the_end_of_the_open_day():

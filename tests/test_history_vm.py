@@ -89,10 +89,12 @@ for i in range(3 * 360):
     bus.publish("reading", Reading(i, {"1.8.0": (imp, -1), "2.8.0": (5, -1), "16.7.0": (900, 0)}))
     h.poll(i * 10000)
 print("@", h.store_ok, h.state, h.counters["quarters"], h.counters["flushes"], h.counters["flush_errors"],
-      h.store.status)
+      h.store.status, h.store.slices, h.store.ready)
 print("@J" + "".join(h.high_res(%d)()))
 """ % (T0, DAY))
     first = [ln for ln in out.splitlines() if ln.startswith("@ ")][0].split()
-    assert first[1:] == ["True", "OK", "11", "2", "0", "created"]
+    # The file made a slice per poll (234 of them), the quarter hours that waited flushed after it, then hourly.
+    slices = -(-(hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE) // hs.FILL)
+    assert first[1:] == ["True", "OK", "11", "3", "0", "created", str(slices), "True"]
     body = json.loads([ln for ln in out.splitlines() if ln.startswith("@J")][0][2:])
     assert body["count"] == 11 and body["items"][1]["import_kW"] == 0.225 and body["items"][1]["power_W"] == 900

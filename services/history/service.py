@@ -76,10 +76,13 @@ class History(Module):
         self._flush_at = None
 
     def _open_store(self):
-        """Open (check, repair, create) the file; a drive that refuses (read-only while USB owns it) is retried
-        at every flush while the records wait in RAM, instead of failing the service."""
+        """Open (check, repair) the file and start making what it lacks: a new, short or older-layout file is
+        written a slice per poll (_make_file), never whole in one step: 470 sector erases stall the chip 24 S3 s at
+        the flash's typical figures and 210 s at its maximum, past the 30 s watchdog. A drive that refuses
+        (read-only while USB owns it) is retried at every flush while the records wait in RAM, instead of failing
+        the service."""
         try:
-            self.store.open()
+            self.store.begin()
             self.store_ok = True
         except OSError as exc:
             self.store_ok = False
@@ -87,6 +90,22 @@ class History(Module):
             self.count("open_errors")
             self._note("error", "history: cannot open %s, recording to RAM: %s", self.store.path, exc)
         return self.store_ok
+
+    def _make_file(self):
+        """One slice of the file begun at start (at most store.FILL bytes); once it is complete, the records that
+        waited in RAM go to the flash at the next poll (not in this one: its slice already stalled the chip)."""
+        try:
+            done = self.store.step()
+        except OSError as exc:
+            self.store_ok = False      # the next flush begins again: a short file is extended from where it ends
+            self.state = WARN
+            self.count("open_errors")
+            self._note("error", "history: cannot write %s, recording to RAM: %s", self.store.path, exc)
+            return
+        if done:
+            self._flush_at = self._now
+            self._note("info", "history: %s complete (%s, %d slices)", self.store.path, self.store.status,
+                       self.store.slices)
 
     def stop(self):
         try:
@@ -298,7 +317,9 @@ class History(Module):
                 self._take(r, utc)
                 self._keep_recent(r, utc)
             r = self._readings.pop()
-        if self._flush_at is None:
+        if self.store_ok and not self.store.ready:
+            self._make_file()
+        elif self._flush_at is None:
             self._flush_at = ticks_add(now_ms, self.flush_ms)
         elif ticks_diff(now_ms, self._flush_at) >= 0:
             self.flush()
@@ -308,22 +329,28 @@ class History(Module):
         self._flush_at = ticks_add(self._now, self.flush_ms)
         if not self.hr and not self.lr:
             return True
+        if not self.store_ok:
+            self._open_store()
+        if self.store_ok and not self.store.ready:
+            # The file is still being made, a slice per poll: the records wait in RAM (bounded as for a refusing
+            # drive) and go once it is complete. An orderly stop now loses them, as a power cut would.
+            self._bound_ram()
+            self._note("warning", "history: %s not complete yet (%d of %d bytes), %d records wait in RAM",
+                       self.store.path, self.store.done_bytes, self.store.size, len(self.hr) + len(self.lr))
+            return False
         hr = self.hr
         lr = self.lr
         self.hr = []  # new lists: an answer being streamed keeps iterating the old ones
         self.lr = []
         try:
-            if not self.store_ok and not self._open_store():
+            if not self.store_ok:
                 raise OSError("history file not open")
             self.store.write(hr, lr)
         except OSError as exc:
             w = self.store.written if self.store_ok else [0, 0]
             self.hr = hr[w[0]:] + self.hr
             self.lr = lr[w[1]:] + self.lr
-            for batch in (self.hr, self.lr):
-                if len(batch) > self.MAX_RAM:
-                    self.count("dropped", len(batch) - self.MAX_RAM)
-                    del batch[:len(batch) - self.MAX_RAM]
+            self._bound_ram()
             self.count("flush_errors")
             self.store_ok = False  # the next flush opens the file again (checks it, or creates a removed one)
             self.state = WARN
@@ -333,6 +360,12 @@ class History(Module):
         if self.state == WARN:
             self.state = OK
         return True
+
+    def _bound_ram(self):
+        for batch in (self.hr, self.lr):
+            if len(batch) > self.MAX_RAM:
+                self.count("dropped", len(batch) - self.MAX_RAM)
+                del batch[:len(batch) - self.MAX_RAM]
 
     # --- readers for the API ---
 
