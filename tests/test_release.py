@@ -284,6 +284,13 @@ def test_without_circuitpythons_mpy_cross_the_drive_gets_py_and_says_so(tmp_path
         names = z.namelist()
     assert marker["code"] == "py" and "no CircuitPython mpy-cross" in marker["code_note"]
     assert "core/bus.py" in names and not [n for n in names if n.endswith(".mpy")]
+    # the update is source only and says so: in the build's output, the signed manifest and the drive's marker
+    assert "update as .py only: no CircuitPython mpy-cross at build time" in r.stdout
+    folder = tmp_path / "d" / "meterplus-0.1.0"
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["code_note"].startswith("source only (.py): no CircuitPython mpy-cross") and "mpy" not in m
+    assert marker["update"] == m["code_note"]
+    assert not (folder / "manifest-mpy.json").exists() and not (folder / "meterplus-0.1.0-update-mpy.tar").exists()
 
 
 def test_the_version_lives_in_core_version_py_and_needs_a_changelog_entry(tmp_path):
@@ -334,8 +341,40 @@ def test_with_circuitpythons_mpy_cross_the_drive_gets_mpy_files_circuitpython_lo
     # CircuitPython's header starts with 'C' (MicroPython's with 'M', which CircuitPython refuses)
     assert {files[n][:1] for n in mpys} == {b"C"}
     assert not [n for n in files if n.endswith(".py") and n not in ("code.py", "boot.py")]
-    # the update beside it stays source: it replaces the running files, and .py wins over .mpy on import
-    assert os.path.exists(tmp_path / "a" / "meterplus-0.1.0" / "app" / "core" / "bus.py")
+    # the update: its source form (manifest.json, format 1, what every firmware installs) names its compiled form
+    # (manifest-mpy.json, format 2) by size and SHA-256; both as the device's parser reads them
+    from services.ota.manifest import parse_manifest
+
+    folder = tmp_path / "a" / "meterplus-0.1.0"
+    source = parse_manifest((folder / "manifest.json").read_bytes())
+    data = (folder / "manifest-mpy.json").read_bytes()
+    compiled = parse_manifest(data)
+    assert source["format"] == 1 and source["mpy"] == 6 and compiled["format"] == 2 and compiled["mpy"] == 6
+    assert source["mpy_manifest"] == ("manifest-mpy.json", len(data), hashlib.sha256(data).hexdigest())
+    channel = parse_manifest((tmp_path / "a" / "manifest.json").read_bytes())
+    assert channel["mpy_manifest"][0] == "meterplus-0.1.0/manifest-mpy.json"
+    paths = [p for p, _s, _h in compiled["files"]]
+    assert "core/bus.mpy" in paths and "code.py" in paths and "web/index.html.gz" in paths
+    assert not [p for p in paths if p.endswith(".py") and p != "code.py"]
+    for path, size, sha in compiled["files"]:      # the same bytes as the drive image's, served from app/
+        got = (folder / "app" / path).read_bytes()
+        assert len(got) == size and hashlib.sha256(got).hexdigest() == sha and got == files[path]
+    assert sorted(p for p, _s, _h in source["files"]) == sorted(source_paths(folder))
+    with tarfile.open(folder / "meterplus-0.1.0-update-mpy.tar") as t:
+        names = t.getnames()
+        assert names[:1] == ["manifest.json"] and t.extractfile("manifest.json").read() == data
+    assert names[1:] == paths               # unsigned here: no .sig member
+    assert "update: compiled (.mpy v6, CircuitPython 10" in r1.stdout
+
+
+def source_paths(folder):
+    """The update's source form in folder/app: every file but the compiled modules."""
+    out = []
+    for root, _dirs, names in os.walk(os.path.join(folder, "app")):
+        for n in names:
+            if not n.endswith(".mpy"):
+                out.append(os.path.relpath(os.path.join(root, n), os.path.join(folder, "app")).replace(os.sep, "/"))
+    return out
 
 
 def test_the_mpy_drive_image_boots_on_the_device_bench(tmp_path):

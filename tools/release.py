@@ -9,8 +9,10 @@ the channel a device's ota.url points at, which always names the newest release 
 VERSION must be the one in core/version.py (the one place it lives) and CHANGELOG.md must have its entry. The
 firmware's packages and the libraries are .mpy files compiled by CircuitPython's own mpy-cross when one is at hand
 (CIRCUITPY_SRC, or one the device bench built into its cache), else .py; meterplus_release.json on the drive says
-which. Two builds of the same sources are byte-identical: fixed timestamps (the CHANGELOG date, or
-SOURCE_DATE_EPOCH), sorted entries, fixed permissions, deterministic Ed25519 signatures."""
+which. The update ships the same compiled packages (manifest-mpy.json, -update-mpy.tar) beside its source form
+(manifest.json, -update.tar), or says it is source only. Two builds of the same sources are byte-identical: fixed
+timestamps (the CHANGELOG date, or SOURCE_DATE_EPOCH), sorted entries, fixed permissions, deterministic Ed25519
+signatures."""
 
 import argparse
 import calendar
@@ -33,6 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT_KEY = "9ffa12cda7ef09fc44013bd845253292dd51bf29305925e0ee98acce39e8589a"
 MARKER = "meterplus_release.json"    # on the drive: which release, .py or .mpy, the shipped keys and files
 APP_BASE = "app/"                    # the update's files, relative to the release's manifest.json
+COMPILED = "manifest-mpy.json"       # the update's compiled form (format 2), named by manifest.json (docs/ota.md)
 DRIVE_TOP = ("boot.py", "settings.toml", "ota_keys.txt")   # besides the application files (code.py, core/ ...)
 MPY_PACKAGES = ("core", "drivers", "meter", "services")    # compiled to .mpy (code.py and boot.py run as source)
 FILE_MODE = 0o644
@@ -284,24 +287,16 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
         lib_files += library_files(name, pin)
     tool = find_mpy_cross(circuitpy_src) if use_mpy else None
 
-    # the update: every application file (as source: it replaces the running files, .py wins over .mpy)
+    # the update's source form: every application file as it is (what every firmware installs)
     app = app_files(src)
     app_data = {rel: _read(os.path.join(src, rel)) for rel in app}
-    files = [{"path": rel, "size": len(app_data[rel]), "sha256": hashlib.sha256(app_data[rel]).hexdigest()}
-             for rel in app]
 
-    def manifest_bytes(base):
-        doc = {"format": 1, "version": version, "release_date": date, "notes": {"de": notes_de, "en": notes_en},
-               "base": base, "files": files}
-        if expires_at is not None:
-            doc["expires"] = expires_at     # inside the signed bytes: nobody can move it
-        data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-        parse_manifest(data)   # what the device checks: refuse here, not on every device
-        return data
+    def entries(paths, data):
+        return [{"path": rel, "size": len(data[rel]), "sha256": hashlib.sha256(data[rel]).hexdigest()}
+                for rel in paths]
 
+    files = entries(app, app_data)
     name = "meterplus-" + version
-    manifest = manifest_bytes(APP_BASE)
-    sig = (signature_hex(manifest, key) + "\n").encode() if key else None
 
     # the drive image
     stage = tempfile.mkdtemp(prefix="meterplus-release-")
@@ -320,6 +315,48 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
                 drive[os.path.relpath(full, stage).replace(os.sep, "/")] = _read(full)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+    # the update's compiled form: the drive image's .mpy for each package module (the same mpy-cross), code.py
+    # and web/ as they are; installed by devices whose boot.py switches twins and whose CircuitPython imports it
+    compiled = None
+    mpy_ver = None
+    if tool:
+        compiled = [rel[:-3] + ".mpy" if rel.split("/")[0] in MPY_PACKAGES and rel.endswith(".py") else rel
+                    for rel in app]
+        headers = set(drive[rel][:2] for rel in compiled if rel.endswith(".mpy"))
+        if len(headers) != 1 or next(iter(headers))[:1] != b"C":
+            raise ReleaseError("mpy-cross %s wrote .mpy headers %r: not one CircuitPython .mpy version" % (tool,
+                                                                                                        headers))
+        mpy_ver = next(iter(headers))[1]      # the header's version byte: what sys.implementation._mpy says
+    compiler = mpy_cross_version(tool) if tool else ""
+    why_py = ("no CircuitPython mpy-cross at build time (CIRCUITPY_SRC, or make bench-device once)" if use_mpy
+              else "built with --py")
+    code_note = (("source form; the compiled form (.mpy v%d, %s) is %s" % (mpy_ver, compiler, COMPILED))
+                 if tool else "source only (.py): %s" % why_py)
+
+    def manifest_bytes(base, fmt=1, pointer=None):
+        doc = {"format": fmt, "version": version, "release_date": date, "notes": {"de": notes_de, "en": notes_en},
+               "base": base}
+        if fmt == 2:
+            doc["files"] = entries(compiled, drive)
+            doc["mpy"] = {"version": mpy_ver, "compiler": compiler}
+            doc["code_note"] = "compiled form: .mpy v%d (%s); its source form is manifest.json" % (mpy_ver, compiler)
+        else:
+            doc["files"] = files
+            doc["code_note"] = code_note
+            if pointer is not None:   # firmware before the compiled form ignores it and installs the source form
+                doc["mpy"] = {"version": mpy_ver, "compiler": compiler, "manifest": pointer,
+                              "size": len(compiled_manifest), "sha256": hashlib.sha256(compiled_manifest).hexdigest()}
+        if expires_at is not None:
+            doc["expires"] = expires_at     # inside the signed bytes: nobody can move it
+        data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        parse_manifest(data)   # what the device checks: refuse here, not on every device
+        return data
+
+    compiled_manifest = manifest_bytes(APP_BASE, 2) if tool else None
+    manifest = manifest_bytes(APP_BASE, pointer=COMPILED if tool else None)
+    sig = (signature_hex(manifest, key) + "\n").encode() if key else None
+    csig = (signature_hex(compiled_manifest, key) + "\n").encode() if key and tool else None
     marker = {
         "name": "Meter Plus",
         "version": version,
@@ -330,6 +367,7 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
                      ("source (.py): %s; CircuitPython runs .py the same, each import compiles it first (a slower "
                       "start)" % ("no CircuitPython mpy-cross at build time (CIRCUITPY_SRC, or make bench-device once)"
                                   if use_mpy else "built with --py")),
+        "update": ("compiled (.mpy v%d) and source" % mpy_ver) if tool else code_note,
         "libraries": {n: v for n, v in libs},
         "keys": shipped_keys,
         "files": sorted(list(drive) + [MARKER]),
@@ -349,6 +387,16 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
     members = [("manifest.json", manifest)] + ([("manifest.json.sig", sig)] if sig else [])
     members += [(rel, app_data[rel]) for rel in app]
     write_tar(os.path.join(folder, name + "-update.tar"), members, epoch)
+    if tool:
+        _write(os.path.join(folder, COMPILED), compiled_manifest)
+        if csig:
+            _write(os.path.join(folder, COMPILED + ".sig"), csig)
+        for rel in compiled:
+            _write(os.path.join(folder, APP_BASE + rel), drive[rel])
+        # the compiled form as one file: its manifest (format 2) under the name the upload reads, its signature
+        members = [("manifest.json", compiled_manifest)] + ([("manifest.json.sig", csig)] if csig else [])
+        members += [(rel, drive[rel]) for rel in compiled]
+        write_tar(os.path.join(folder, name + "-update-mpy.tar"), members, epoch)
     write_zip(os.path.join(folder, name + "-circuitpy.zip"), drive, epoch)
     sums = ""
     for n in sorted(os.listdir(folder)):
@@ -360,7 +408,7 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
     current = _channel_version(out)
     channel_note = ""
     if current is None or parse_version(version) >= parse_version(current):
-        channel = manifest_bytes(name + "/" + APP_BASE)
+        channel = manifest_bytes(name + "/" + APP_BASE, pointer=name + "/" + COMPILED if tool else None)
         _write(os.path.join(out, "manifest.json"), channel)
         chsig = os.path.join(out, "manifest.json.sig")
         if key:
@@ -372,6 +420,11 @@ def build(version=None, key_path=None, out=None, src=REPO, use_mpy=True, circuit
 
     log("built %s: %d application files, drive image with %d files (%s), %d libraries%s"
         % (folder, len(app), len(drive), marker["code"], len(libs), channel_note))
+    if tool:
+        log("update: compiled (.mpy v%d, %s: %s, %s) and source (manifest.json, %s)"
+            % (mpy_ver, compiler, COMPILED, name + "-update-mpy.tar", name + "-update.tar"))
+    else:
+        log("update as .py only: %s (devices start an update ~2x slower)" % code_note[len("source only (.py): "):])
     dirty = uncommitted(src, app + list(DRIVE_TOP) + ["CHANGELOG.md", "requirements.txt"])
     if dirty:
         log("note: built from uncommitted changes (%s%s): this is not the release of a commit"
