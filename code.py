@@ -64,19 +64,20 @@ FEATURES = (
     ("api", "services.api.wiring"),                # HTTP server, tokens, settings routes (essential)
     ("logs", "services.logs.wiring"),              # persistent log on the flash
     ("network", "services.network.wiring"),        # WiFi, access point, mDNS, captive DNS
-    ("provisioning", "services.network.improv_wiring"),   # Improv Wi-Fi over BLE where the board has it
+    ("web", "services.web.wiring"),                # the web interface's files (first in the loop: a person's page)
     ("meter", "services.metering.wiring"),         # IR head -> decoder -> filter, ctRatio, energy floor
     ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC
     ("history", "services.history.wiring"),        # quarter hours and days on the flash
     ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks
     ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
-    ("web", "services.web.wiring"),                # the web interface's files
     ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
     ("emulation", "services.emulation.wiring"),    # a Shelly Pro 3EM and an SMA Energy Meter for batteries, inverters
     ("ota", "services.ota.wiring"),                # signed updates
     ("outages", "services.outages.wiring"),        # when the device went down and why
     ("cloud", "services.cloud.wiring"),            # optional cloud upload
+    # Last in the start: Improv is for a phone setting up WiFi, which the access point and the page serve too.
+    ("provisioning", "services.network.improv_wiring"),   # Improv Wi-Fi over BLE where the board has it
 )
 
 
@@ -142,7 +143,8 @@ def wire_feature(app, name, module_name):
         app.supervisor.forget([m for m in app.supervisor.modules() if m not in before])  # nothing half-wired polls
         app.features_off[name] = "out of memory at start"
         app.log.error("%s off: out of memory at start", name)
-    unload(module_name)   # a wiring entry runs once: its code need not stay in the heap
+    # A wiring entry runs once: its code need not stay in the heap. The next feature's import collects it.
+    unload(module_name, collect=False)
 
 
 def update_on_trial():
@@ -172,18 +174,51 @@ def heap_too_small(exc):
         time.sleep(1)
 
 
+# The start in stages. CircuitPython collects garbage after every module it imports (py/builtinimport.c), and each
+# collection walks all the code loaded so far: importing and wiring every feature before the loop took ~17 S3 s as
+# .mpy before the first answer. The features up to the network (what /system/alive and a repair need) are wired
+# before the loop; the rest from the loop, one a cycle, in FEATURES order, so each still finds the earlier ones on
+# app. Meanwhile the API answers a path it does not know yet with 503 "starting" and Retry-After (services/api).
+WIRED_BEFORE_LOOP = 4      # system, api, logs, network
+# A cycle cut by its budget leaves the later modules (HTTP is last) for the next cycle, and an HTTP answer takes a few
+# polls (accept, read, answer, close): with a feature's wiring (~1 S3 s) after every cycle, each of them would wait
+# for one. So the next wiring waits for a whole round, and while a connection is open for at most this many cycles.
+WIRING_WAITS_FOR_HTTP = 20
+_waited = 0
+
+
 def build():
-    """Construct every driver and service (allocation only) and register them with the supervisor; a feature that
-    does not fit stays off (wire_feature), a core that does not fit stops here without a restart loop."""
+    """Construct the first features' drivers and services (allocation only) and register them with the supervisor;
+    the others wait in app.starting for wire_next(). A feature that does not fit stays off (wire_feature), a core
+    that does not fit stops here without a restart loop."""
     try:
         app = build_core()
     except MemoryError as exc:
         heap_too_small(exc)
-    for name, module_name in FEATURES:
+    app.starting = list(FEATURES[WIRED_BEFORE_LOOP:])
+    for name, module_name in FEATURES[:WIRED_BEFORE_LOOP]:
         feed_watchdog()
         wire_feature(app, name, module_name)
     feed_watchdog()
     return app
+
+
+def wire_next(app):
+    """Wire the next feature still waiting (one per loop cycle while the start goes on); False when none is left."""
+    global _waited
+    if not app.starting:
+        return False
+    if app.supervisor.mid_round() or (app.http is not None and app.http.sockets_held() > 1
+                                      and _waited < WIRING_WAITS_FOR_HTTP):
+        _waited += 1        # every module (HTTP last) has its turn between two wirings
+        return True
+    _waited = 0
+    name, module_name = app.starting.pop(0)
+    wire_feature(app, name, module_name)
+
+    if not app.starting:
+        app.log.info("Meter Plus up, device %s", app.device_id)
+    return True
 
 
 def run(app):
@@ -191,11 +226,11 @@ def run(app):
     from core import idle  # through the module: the host runtime replaces idle.wait
 
     sup = app.supervisor
-    app.log.info("Meter Plus up, device %s", app.device_id)
     try:
         while True:
-            sup.step()
-            idle.wait()
+            sup.step()          # feeds the watchdog: each wire_next() gets its own WATCHDOG_S
+            if not wire_next(app):
+                idle.wait()
     finally:
         sup.stop_all()
 

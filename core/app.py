@@ -47,6 +47,7 @@ class App:
         self.pin = None         # pin(name): a board pin by its name
         self.http_port = 80
         self.features_off = {}  # feature name -> why it is not running (e.g. out of memory at start)
+        self.starting = []      # (name, wiring module) of the features code.py wires from the loop, one a cycle
         self.device_id = ""     # last 12 hex digits of the MAC
         self.mem_free = None    # callable: free heap bytes (gc.mem_free)
         self.boot_ticks = 0

@@ -4,9 +4,13 @@ import gc
 import sys
 
 
-def unload(*prefixes):
+def unload(*prefixes, collect=True):
     """Drop the modules named by prefixes (a name, or a package and everything below it) from sys.modules and
-    from their parent packages, so their code is freed once nothing else refers to it; returns how many."""
+    from their parent packages, so their code is freed once nothing else refers to it; returns how many.
+
+    collect=False leaves the collection to the next import: CircuitPython collects after every module it imports
+    (py/builtinimport.c), so a collection here right before one is paid twice (the start wires feature after
+    feature)."""
     names = [name for name in sys.modules
              if any(name == p or name.startswith(p + ".") for p in prefixes)]
     for name in names:
@@ -18,7 +22,7 @@ def unload(*prefixes):
                 delattr(pkg, leaf)
             except (AttributeError, TypeError):
                 pass
-    if names:
+    if names and collect:
         gc.collect()
     return len(names)
 

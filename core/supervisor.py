@@ -84,6 +84,10 @@ class Supervisor:
         self._slots.insert(at, slot)
         return module
 
+    def mid_round(self):
+        """True when the last cycle was cut by its budget: some modules still wait for their turn in this round."""
+        return self._resume != 0
+
     def modules(self):
         """The registered modules in poll order."""
         return [s.module for s in self._slots]

@@ -161,18 +161,29 @@ class HostProcess:
             raise RuntimeError("%s starts the host runtime: mark it slow (pyproject.toml's markers), make test runs it"
                                % os.environ.get("PYTEST_CURRENT_TEST", "this test").split(" ")[0])
         self._log = open(self.log_path, "ab")
+        self._log_from = self._log.tell()     # this process's lines (a drive's log may hold an earlier run's)
         self.proc = subprocess.Popen([sys.executable, "-m", "host", *self.args], cwd=ROOT,
                                      stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_ctrl_c_as_in_a_terminal)
         self.wait_alive(timeout)
         return self
 
+    def started(self):
+        """True once the firmware's latest start wired every feature: code.py answers alive while it still wires
+        the later ones (the start in stages) and logs "Meter Plus up" when the last is in; every restart the host
+        runtime makes logs "restarting the firmware" first."""
+        with open(self.log_path, "rb") as f:
+            f.seek(getattr(self, "_log_from", 0))
+            text = f.read().decode("utf-8", "replace")
+        return text.count("Meter Plus up") >= 1 + text.count("restarting the firmware")
+
     def wait_alive(self, timeout=60):
+        """Wait until the firmware answers alive and its start is complete (started())."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("host exited with %s:\n%s" % (self.proc.returncode, self.log()))
             try:  # a 429 is an answer too: the firmware is up (the test's own requests honour it)
-                if self.get("/api/v1/system/alive", timeout=1, retry_429_for=0)[0] in (200, 429):
+                if self.get("/api/v1/system/alive", timeout=1, retry_429_for=0)[0] in (200, 429) and self.started():
                     return
             except OSError:
                 pass

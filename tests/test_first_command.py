@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -47,8 +48,12 @@ def _clean_copy(dest):
 
 
 def _get(url):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.status, r.headers, r.read()
+    """(status, headers, body) of a GET; an error status is an answer too."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
 
 
 def _children(pid):
@@ -84,7 +89,14 @@ def test_make_run_on_a_clean_copy_answers_and_stops_cleanly(tmp_path):
                 time.sleep(0.5)
         text = (tmp_path / "make-run.log").read_bytes().decode("utf-8", "replace")
         assert alive is not None and alive[0] == 200, text[-4000:]
-        status, headers, body = _get("http://127.0.0.1:%d/" % port)
+        # The start goes on in stages after the first answer: meanwhile the page is a 503 that reloads itself a
+        # second later (Retry-After), as a browser would.
+        for _ in range(30):
+            status, headers, body = _get("http://127.0.0.1:%d/" % port)
+            if status != 503:
+                break
+            assert headers["Retry-After"] == "1" and b"location.reload()" in body
+            time.sleep(1)
         assert status == 200 and headers["Content-Type"].startswith("text/html") and len(body) > 1000
         # the new venv holds the run packages only: what the test suite needs is not what the runtime got
         venv_python = str(copy / ".venv" / "bin" / "python")

@@ -651,3 +651,54 @@ def test_a_flooders_unfinished_connection_gives_its_slot_to_a_polite_newcomer(he
     finally:
         a.close()
         b.close()
+
+
+class _LateRoutes:
+    """A route module of a feature code.py wires from the loop (the start in stages)."""
+
+    OPEN_PATHS = ("/api/v1/late",)
+
+    @staticmethod
+    def routes(app):
+        return [Route("/api/v1/late", GET, lambda request: JSONResponse(request, {"late": True}))]
+
+
+def test_while_starting_an_unknown_path_is_503_starting_and_a_late_feature_joins_the_server(tmp_path):
+    """code.py answers alive before it wired every feature: a path no wired feature owns yet is 503 with
+    Retry-After (the page a small page that reloads itself, under a policy that allows only its script), the routes
+    of a feature wired later join the running server, and once the start is over an unknown path is 404."""
+    import base64
+    import hashlib
+    import re
+
+    app = App(Bus(), Settings(str(tmp_path / "settings.json"), zone_ok=lambda z: True), Log(echo=None))
+    app.auth = Tokens(str(tmp_path / "tokens.json"))
+    app.mem_free = lambda: 10 ** 6
+    app.starting = [("late", "services.late.wiring")]
+    mods = []
+    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=mods)
+    api.start()
+
+    def ask(path):
+        raw = exchange(server_port(api), b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % path.encode(),
+                       lambda: api.poll(0), polls=60, wait=0.05)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        return int(raw[9:12]), head.decode(), body.decode()
+
+    try:
+        status, head, body = ask("/api/v1/late")
+        assert status == 503 and "retry-after: 1" in head.lower() and '"code": "starting"' in body
+        status, head, body = ask("/")
+        assert status == 503 and "text/html" in head.lower() and "Meter Plus startet" in body and "is starting" in body
+        scripts = re.findall(r"<script>(.*?)</script>", body)
+        digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+        assert len(scripts) == 1 and "location.reload()" in scripts[0]
+        assert "script-src 'sha256-%s'" % digest in head and "default-src 'none'" in head
+        mods.append(_LateRoutes)          # code.py's wire_next() wired the feature: its routes join at the next poll
+        status, _, body = ask("/api/v1/late")
+        assert status == 200 and json.loads(body) == {"late": True}
+        assert "/api/v1/late" in api._open_paths
+        app.starting = []
+        assert ask("/api/v1/nothing")[0] == 404
+    finally:
+        api.stop()

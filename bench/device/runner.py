@@ -717,7 +717,7 @@ def main():
     result["after_build"] = gc.mem_alloc() - base
     result["after_build_abs"] = gc.mem_alloc()
     sup = app.supervisor
-    app.log.info("Meter Plus up, device %s", app.device_id)
+    wire_next = code_globals["wire_next"]     # code.py wires the later features from its loop, one a cycle
 
     # Every collection the supervisor makes, timed (on the device the same call is CircuitPython's gc.collect()).
     real_collect = sup._gc_collect
@@ -798,6 +798,7 @@ def main():
         clock.step_start = clock.mark()
         _hostenv.begin_step()
         sup.step()
+        wire_next(app)
         spent = _hostenv.end_step()     # device us
         cycles += 1
         if FLASH is not None:
@@ -938,6 +939,7 @@ def tiny():
     for _ in range(300):
         _hostenv.begin_step()
         sup.step()
+        code_globals["wire_next"](app)
         _hostenv.end_step()
         _hostenv.advance(IDLE_SLEEP_MS * 1000)
     gc.collect()

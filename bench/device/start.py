@@ -97,6 +97,7 @@ def main():
         clock.step_start = clock.mark()
         _hostenv.begin_step()
         sup.step()
+        scope["wire_next"](app)
         spent = _hostenv.end_step()
         steps += 1
         if spent > worst_step:

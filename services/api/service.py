@@ -31,6 +31,18 @@ PAGE_429 = ('<!doctype html><html><head><meta charset="utf-8"><noscript><meta ht
             '<h1>Meter Plus</h1><p lang="de">Zu viele Anfragen: Die Seite lädt sich in 10 Sekunden von selbst neu.</p>'
             '<p lang="en">Too many requests: the page reloads by itself in 10 seconds.</p></body></html>')
 
+# The page while the start in stages still wires features (code.py): it reloads itself a second later (Retry-After),
+# under the same kind of policy as the 429 page.
+PAGE_STARTING_SCRIPT = "setTimeout(function(){location.reload()},1000)"
+PAGE_STARTING_CSP = ("default-src 'none'; script-src 'sha256-MRpFkKGRSJ0dMzqydNEsHjwXEJNJ5U72b9hK1hJN1zM='; "
+                     "style-src 'unsafe-inline'")
+PAGE_STARTING = ('<!doctype html><html><head><meta charset="utf-8"><noscript><meta http-equiv="refresh" content="1">'
+                 '</noscript><meta name="viewport" content="width=device-width,initial-scale=1"><title>Meter Plus'
+                 '</title><script>' + PAGE_STARTING_SCRIPT + '</script></head><body style="font-family:sans-serif;'
+                 'margin:2rem"><h1>Meter Plus</h1><p lang="de">Meter Plus startet: Die Seite lädt sich gleich von '
+                 'selbst neu.</p><p lang="en">Meter Plus is starting: the page reloads by itself in a moment.</p>'
+                 '</body></html>')
+
 # Token level by path prefix and method (None = any method); the first matching row wins. Routes of other
 # services (history, mqtt, modbus) are covered here, so their modules register plain Routes and stay auth-free.
 AUTH_TABLE = (
@@ -282,6 +294,7 @@ class HttpApi(Module):
         self.unauthenticated_limiter = RateLimiter(self.unauthenticated_budget, rate_window_ms)
         self._names = ()
         self._open_paths = ()
+        self._routes_of = 0        # how many of route_modules gave their routes (_take_routes)
         self.last_open_error = ""  # the last failure of a request without a valid token (counted, never logged)
         self._events = None        # the bus's "event" ring: a button press opens the token recovery window
 
@@ -289,19 +302,29 @@ class HttpApi(Module):
         self._names = device_names(self._app.device_id)
         if self._events is None and getattr(self._app, "bus", None) is not None:
             self._events = self._app.bus.subscribe("event", 4)
-        open_paths = []
-        for mod in self._route_modules:  # paths a route module declares token-free (e.g. captive-portal probes)
-            open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
-        self._open_paths = tuple(open_paths)
+        self._open_paths = ()
+        self._routes = []
+        self._routes_of = 0
+        self._take_routes()
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
         server.accept_every_ms = self.accept_every_ms
         server.flooding = self._refused_lately   # a flooder's unfinished connection gives way to a polite one
-        routes = []
-        for mod in self._route_modules:
-            routes.extend(mod.routes(self._app))
-        self._routes = routes
         server.start(self.host, self.port)
         self._server = server
+
+    def _take_routes(self):
+        """The routes (and token-free paths, e.g. captive-portal probes) of route modules not taken yet: the server
+        starts with the first features' and takes each later one's as code.py wires it (the start in stages)."""
+        mods = self._route_modules
+        if self._routes_of == len(mods):
+            return
+        new = mods[self._routes_of:]
+        self._routes_of = len(mods)
+        open_paths = list(self._open_paths)
+        for mod in new:
+            open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
+            self._routes.extend(mod.routes(self._app))
+        self._open_paths = tuple(open_paths)
 
     def _refused_lately(self, peer, now):
         """True while a rate limit refuses peer (it was refused within the window); asked only with both slots
@@ -329,6 +352,8 @@ class HttpApi(Module):
                         self._app.log.info("auth: button pressed, a new token pair may be made for %d s",
                                            RECOVERY_MS // 1000)
                     ev = self._events.pop()
+        if self._routes_of != len(self._route_modules):
+            self._take_routes()
         self._server.poll()
 
     def sockets_held(self):
@@ -433,6 +458,15 @@ class HttpApi(Module):
             if extra:
                 self.count("method_not_allowed")
                 return error_response(request, 405, "Method not allowed", headers={"Allow": ", ".join(sorted(extra))})
+            if getattr(self._app, "starting", None):
+                # The start in stages (code.py): the feature that owns this path may not be wired yet.
+                self.count("starting")
+                if request.method == "GET" and not request.path.startswith("/api/"):
+                    return Response(request, PAGE_STARTING, status=(503, "Service Unavailable"),
+                                    content_type="text/html", headers={"Retry-After": "1", "Cache-Control": "no-store",
+                                                                       "Content-Security-Policy": PAGE_STARTING_CSP})
+                return error_response(request, 503, "Starting: try again in a moment", key="starting",
+                                      headers={"Retry-After": "1"})
             self.count("not_found")
             return error_response(request, 404, "Not found")
         denied = self._check_token(request)
