@@ -11,7 +11,7 @@ import microcontroller
 import neopixel
 import socketpool
 import wifi
-from adafruit_ticks import ticks_ms
+from adafruit_ticks import ticks_diff, ticks_ms
 
 WATCHDOG_S = 30          # a stalled loop restarts the chip after this long
 
@@ -67,9 +67,9 @@ FEATURES = (
     ("web", "services.web.wiring"),                # the web interface's files (first in the loop: a person's page)
     ("meter", "services.metering.wiring"),         # IR head -> decoder -> filter, ctRatio, energy floor
     ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC
+    ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery (the first reading's way out)
     ("history", "services.history.wiring"),        # quarter hours and days on the flash
-    ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks
-    ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery
+    ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks (MQTT's money too)
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
     ("metrics", "services.metrics.wiring"),        # GET /metrics for Prometheus
     ("emulation", "services.emulation.wiring"),    # a Shelly Pro 3EM and an SMA Energy Meter for batteries, inverters
@@ -180,11 +180,12 @@ def heap_too_small(exc):
 # before the loop; the rest from the loop, one a cycle, in FEATURES order, so each still finds the earlier ones on
 # app. Meanwhile the API answers a path it does not know yet with 503 "starting" and Retry-After (services/api).
 WIRED_BEFORE_LOOP = 4      # system, api, logs, network
-# A cycle cut by its budget leaves the later modules (HTTP is last) for the next cycle, and an HTTP answer takes a few
-# polls (accept, read, answer, close): with a feature's wiring (~1 S3 s) after every cycle, each of them would wait
-# for one. So the next wiring waits for a whole round, and while a connection is open for at most this many cycles.
-WIRING_WAITS_FOR_HTTP = 20
-_waited = 0
+# A cycle cut by its budget leaves the later modules (HTTP is last) for the next cycle, and an HTTP answer or an MQTT
+# connection takes several polls: with a feature's wiring (~1 S3 s) after every cycle, each of them would wait for
+# one. So the next wiring waits for a whole round, and while a module has work in flight (Module.busy) for at most
+# WIRING_WAITS_MS.
+WIRING_WAITS_MS = 1500
+_waiting_since = None
 
 
 def build():
@@ -205,14 +206,19 @@ def build():
 
 def wire_next(app):
     """Wire the next feature still waiting (one per loop cycle while the start goes on); False when none is left."""
-    global _waited
+    global _waiting_since
     if not app.starting:
         return False
-    if app.supervisor.mid_round() or (app.http is not None and app.http.sockets_held() > 1
-                                      and _waited < WIRING_WAITS_FOR_HTTP):
-        _waited += 1        # every module (HTTP last) has its turn between two wirings
-        return True
-    _waited = 0
+    sup = app.supervisor
+    if sup.mid_round():
+        return True          # every module (HTTP last) has its turn between two wirings
+    if sup.busy():
+        now = ticks_ms()
+        if _waiting_since is None:
+            _waiting_since = now
+        if ticks_diff(now, _waiting_since) < WIRING_WAITS_MS:
+            return True
+    _waiting_since = None
     name, module_name = app.starting.pop(0)
     wire_feature(app, name, module_name)
 

@@ -26,6 +26,11 @@ class Module:
     def stop(self):
         """Release what start() acquired; must not raise."""
 
+    def busy(self):
+        """True while work a peer waits on is in flight (an answer, a connection): code.py's start in stages lets it
+        finish before it wires the next feature."""
+        return False
+
     def count(self, key, n=1):
         """Add n to a named counter."""
         self.counters[key] = self.counters.get(key, 0) + n

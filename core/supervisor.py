@@ -84,6 +84,13 @@ class Supervisor:
         self._slots.insert(at, slot)
         return module
 
+    def busy(self):
+        """True when a running module has work in flight (Module.busy)."""
+        for slot in self._slots:
+            if slot.phase == _RUNNING and slot.module.busy():
+                return True
+        return False
+
     def mid_round(self):
         """True when the last cycle was cut by its budget: some modules still wait for their turn in this round."""
         return self._resume != 0

@@ -183,3 +183,67 @@ def test_a_new_version_on_trial_that_does_not_fit_is_let_fail_so_boot_py_rolls_i
     ns["build_core"] = no_room
     with pytest.raises(MemoryError):
         ns["build"]()
+
+
+class _Sup:
+    """What wire_next() asks of the supervisor."""
+
+    def __init__(self):
+        self.cut = False
+        self.work = False
+
+    def mid_round(self):
+        return self.cut
+
+    def busy(self):
+        return self.work
+
+
+class _StartingApp:
+    def __init__(self, names):
+        self.starting = [(n, "services.%s.wiring" % n) for n in names]
+        self.supervisor = _Sup()
+        self.device_id = "024d50000001"
+        self.logged = []
+        self.log = self
+
+    def info(self, msg, *args):
+        self.logged.append(msg % args)
+
+
+def test_the_start_in_stages_wires_one_feature_a_round_and_yields_to_work_in_flight(monkeypatch, tmp_path):
+    """wire_next(): one feature per call, in order; none while the last cycle was cut (modules still waiting for
+    their turn) or, for up to WIRING_WAITS_MS, while a module has work in flight; "Meter Plus up" once the last
+    is in. Stepped ticks across the wrap."""
+    from tests.steppedclock import SteppedClock
+
+    ns = _code_py_namespace(monkeypatch, tmp_path)
+    clock = SteppedClock(start=(1 << 29) - 700)      # the wait spans the tick wrap
+    ns["ticks_ms"] = clock
+    wired = []
+    ns["wire_feature"] = lambda app, name, module_name: wired.append(name)
+    app = _StartingApp(["web", "meter", "mqtt"])
+    assert ns["wire_next"](app) is True and wired == ["web"]
+    app.supervisor.cut = True
+    assert ns["wire_next"](app) is True and wired == ["web"]          # the round goes on first
+    app.supervisor.cut = False
+    app.supervisor.work = True
+    for _ in range(3):
+        assert ns["wire_next"](app) is True and wired == ["web"]      # an answer or a connection in flight
+        clock.advance(ns["WIRING_WAITS_MS"] // 3 - 10)
+    clock.advance(30)                                                 # 1,500 ms since the wait began
+    assert ns["wire_next"](app) is True and wired == ["web", "meter"]  # waited long enough: the start goes on
+    app.supervisor.work = False
+    assert app.logged == []
+    assert ns["wire_next"](app) is True and wired == ["web", "meter", "mqtt"]
+    assert app.logged == ["Meter Plus up, device 024d50000001"] and app.starting == []
+    assert ns["wire_next"](app) is False
+
+
+def test_features_wired_before_the_loop_are_those_the_first_answer_needs(monkeypatch, tmp_path):
+    """system, api, logs, network before the loop; web first after it, the meter's way to MQTT next, Improv last."""
+    ns = _code_py_namespace(monkeypatch, tmp_path)
+    names = [n for n, _ in ns["FEATURES"]]
+    assert names[:ns["WIRED_BEFORE_LOOP"]] == ["system", "api", "logs", "network"]
+    assert names[4:8] == ["web", "meter", "clock", "mqtt"] and names[-1] == "provisioning"
+    assert names.index("history") < names.index("tariff") < names.index("outages")

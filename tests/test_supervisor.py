@@ -333,3 +333,40 @@ def test_garbage_is_collected_by_allocation_budget_at_a_light_cycles_end():
     heap[0] += sup.gc_alloc_budget - 1
     sup.step()
     assert len(gcs) == 2
+
+
+def test_busy_and_mid_round_tell_the_start_in_stages_when_to_wire_the_next_feature():
+    """busy(): a running module has work in flight (one not started yet counts for nothing); mid_round(): the last
+    cycle was cut by its budget, so some modules still wait for their turn."""
+    from core.module import Module
+    from core.supervisor import Supervisor
+    from tests.steppedclock import SteppedClock
+
+    class Slow(Module):
+        name = "slow"
+        in_flight = False
+
+        def __init__(self, clock, ms):
+            Module.__init__(self)
+            self.clock, self.ms = clock, ms
+
+        def poll(self, now_ms):
+            self.clock.advance(self.ms)
+
+        def busy(self):
+            return self.in_flight
+
+    clock = SteppedClock()
+    sup = Supervisor(clock)
+    a, b = Slow(clock, 80), Slow(clock, 1)
+    sup.add(a)
+    b.in_flight = True
+    assert sup.busy() is False
+    sup.add(b)
+    assert sup.busy() is False            # b is not started yet
+    sup.step()                            # a's 80 ms spend the 50 ms budget: b waits for the next cycle
+    assert sup.mid_round() is True and sup.busy() is False
+    sup.step()
+    assert sup.mid_round() is False and sup.busy() is True
+    b.in_flight = False
+    assert sup.busy() is False

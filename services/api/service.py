@@ -356,6 +356,11 @@ class HttpApi(Module):
             self._take_routes()
         self._server.poll()
 
+    def busy(self):
+        """A connection is open: its answer takes a few more polls."""
+        server = self._server
+        return server is not None and server.connections() > 0
+
     def sockets_held(self):
         """Sockets the API holds: its listener and the connections open now (core/sockbudget.py)."""
         server = self._server

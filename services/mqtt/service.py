@@ -321,6 +321,11 @@ class MqttService(Module):
             self._test_done = None
             self._end_test(now_ms, result)
 
+    def busy(self):
+        """Connecting, or connected with messages still queued (the discovery after a connect, a reading)."""
+        st = self.conn_state
+        return st == INIT or st == CONNECTING or (st == CONNECTED and bool(self._queue))
+
     def _connecting_poll(self, now):
         if self._tcp_phase:
             if self._mq.connect_step():

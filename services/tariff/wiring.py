@@ -13,4 +13,6 @@ def wire(app):
     app.tariff = app.supervisor.add(TariffService(app.pool, app.settings, app.bus, app.clock, history=app.history,
                                                   ssl_factory=ssl.create_default_context if ssl is not None else None,
                                                   log=app.log))
+    if app.mqtt is not None:        # MQTT is wired before the tariff (code.py: the first reading comes sooner)
+        app.mqtt.money = app.tariff.money_values
     app.routes.append(tariff_routes)
