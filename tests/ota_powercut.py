@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 
+from core.json_store import read_json_file
 from host.ntp_server import scaled_clock, start_ntp_server
 from tests.hostproc import ROOT, HostProcess, http_request
 from tests.ota_server import UpdateServer, make_release, pubkey_file
@@ -160,9 +161,8 @@ def one_cut(workdir, i, server, old_version, old, new, rng, log=print, ntp="loca
         if got != (new if version == "0.2.0" else old):
             diff = sorted(p for p in set(got) | set(new) if got.get(p) != (new if version == "0.2.0" else old).get(p))
             raise Failure("cut %d (%s): version %s runs but the drive differs in %s" % (i, landing, version, diff[:5]))
-        with open(os.path.join(state, "settings.json")) as f:
-            if json.load(f).get("device_name") != "cut %d" % i:
-                raise Failure("cut %d: settings changed" % i)
+        if (read_json_file(os.path.join(state, "settings.json")) or {}).get("device_name") != "cut %d" % i:
+            raise Failure("cut %d: settings changed" % i)
     finally:
         h.stop()
     shutil.rmtree(state, ignore_errors=True)

@@ -1,6 +1,5 @@
 """Every endpoint of the REST API on the host runtime with a plain HTTP client: formats, settings, auth, limits."""
 
-import json
 import os
 import socket
 import time
@@ -9,6 +8,8 @@ import pytest
 import requests
 import yaml
 
+from core.durable_file import read_text
+from core.json_store import read_json_file
 from tests.test_api_harness import raw, start_host, status_of
 
 pytestmark = pytest.mark.slow
@@ -218,10 +219,9 @@ def test_settings_post_answer_and_persistence(host):
     assert a["after_restart"] == ["wifi.primary.password"] and a["restart_required"] is True
     led = get(host, "/api/v1/system/led").json()  # ledEnable applies at once
     assert led["enabled"] is False and led["mode"] == "off" and led["rgb"] == {"r": 0, "g": 0, "b": 0}
-    with open(os.path.join(host.state, "settings.json")) as f:
-        stored = json.load(f)
+    stored = read_json_file(os.path.join(host.state, "settings.json"))
     assert stored["device_name"] == "Keller" and stored["wifi"]["primary"]["password"] == "newpassword1"
-    assert not os.path.exists(os.path.join(host.state, "settings.json.new"))
+    assert sorted(n for n in os.listdir(host.state) if n.startswith("settings.json")) == ["settings.json.slots"]
     post(host, "/api/v1/settings", {"ledEnable": True})
 
 
@@ -330,8 +330,7 @@ def test_auth_levels_and_rotation(tmp_path_factory):
     h = start_host(tmp_path_factory, "auth")
     try:
         read, write = _first_tokens(h)
-        with open(os.path.join(h.state, "tokens.json")) as f:
-            stored = f.read()
+        stored = read_text(os.path.join(h.state, "tokens.json"), str)
         assert read not in stored and write not in stored  # SHA-256 hashes only
         assert post(h, "/api/v1/settings", {"api_auth_required": True}).status_code == 200
 

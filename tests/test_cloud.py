@@ -10,10 +10,11 @@ import threading
 import time
 
 import pytest
-
 import socketpool
 from adafruit_ticks import ticks_add, ticks_diff
+
 from core.bus import Bus
+from core.durable_file import read_text, stored
 from meter.reading import Reading
 from services.cloud.pairing import Pairing, token_hash
 from services.cloud.service import CONNECTED, CONNECTING, OFF, WAIT_RETRY, CloudService, reading_line
@@ -37,7 +38,7 @@ def test_pairing_is_stored_as_a_hash_and_removed(tmp_path):
     p.load()
     assert not p.paired
     p.pair(TOKEN)
-    text = (tmp_path / "cloud.json").read_text()
+    text = read_text(str(tmp_path / "cloud.json"), str)      # as stored (core/durable_file.py)
     assert TOKEN not in text
     assert json.loads(text)["token_sha256"] == hashlib.sha256(b"meterplus-pair:" + TOKEN.encode()).hexdigest()
     q = Pairing(str(tmp_path / "cloud.json"))
@@ -47,7 +48,7 @@ def test_pairing_is_stored_as_a_hash_and_removed(tmp_path):
         q.pair("bad token!")
     assert q.token_sha256 == token_hash(TOKEN)                    # a bad token changes nothing
     q.unpair()
-    assert not os.path.exists(tmp_path / "cloud.json") and not q.paired
+    assert not stored(str(tmp_path / "cloud.json")) and not q.paired
 
 
 class TlsCloud:
@@ -264,18 +265,17 @@ def test_pair_over_the_api_on_the_host_runtime(tmp_path, certs, monkeypatch):
         status, body, _ = http_request(h.url + "/api/v1/cloud/pair", data=json.dumps({"pairing_token": TOKEN}).encode(),
                                        method="POST", headers={"Content-Type": "application/json"})
         assert status == 200 and TOKEN.encode() not in body and json.loads(body)["paired"] is True
-        with open(os.path.join(h.state, "cloud.json")) as f:
-            assert TOKEN not in f.read()
+        assert TOKEN not in read_text(os.path.join(h.state, "cloud.json"), str)
         assert TOKEN.encode() not in http_request(h.url + "/api/v1/settings")[1]
         h.wait_for(lambda: len(server.lines) >= 2, timeout=60)
         assert server.lines[0]["pair"] == token_hash(TOKEN) and server.lines[1]["t"] == "reading"
         assert server.lines[1]["import_Wh"] > 0
         status, body, _ = http_request(h.url + "/api/v1/cloud/pair", method="DELETE")
         assert status == 200 and json.loads(body)["paired"] is False
-        assert not os.path.exists(os.path.join(h.state, "cloud.json"))
+        assert not stored(os.path.join(h.state, "cloud.json"))
         status, body, _ = http_request(h.url + "/api/v1/cloud/pair", data=b'{"pairing_token": "no spaces"}',
                                        method="POST", headers={"Content-Type": "application/json"})
-        assert status == 400 and not os.path.exists(os.path.join(h.state, "cloud.json"))
+        assert status == 400 and not stored(os.path.join(h.state, "cloud.json"))
     finally:
         h.stop()
         server.close()

@@ -1,12 +1,12 @@
 """ctRatio changes through the real chain (pipeline -> bus -> history, energy floor): energies are raw delta x the
 ratio in force, published totals never jump, fall or go missing; raise, lower, during a gap, across a restart."""
 
-import json
-import os
 
 import pytest
 
 from core.bus import Bus
+from core.durable_file import remove_all, stored
+from core.json_store import read_json_file
 from core.settings import Settings
 from core.tz import days_from_civil
 from meter.decimal import rescale, sub
@@ -203,7 +203,7 @@ def test_a_change_survives_a_restart():
     dev.run(10)
     after = dev.published[-1][1]
     assert sub(after[0], after[1], before[0], before[1]) == (150, -1)   # 2 x 2.5 Wh raw x 3, not a jump
-    assert json.load(open(REGISTER))["codes"]["1.8.0"][0] == 30
+    assert read_json_file(REGISTER)["codes"]["1.8.0"][0] == 30
 
 
 def test_a_change_made_while_the_device_was_off_continues_from_the_first_reading():
@@ -257,9 +257,10 @@ def test_register_file_damage_is_counted_and_totals_fall_back_to_raw_times_ratio
     assert reg.load_errors == 1 and reg.default == 25 and reg.codes == {}
     assert "energy register register.json damaged" in log.text()
     assert reg.total("1.8.0", 1000, -1, 25) == (25000, -2)   # 100.0 Wh x 2.5
-    assert json.load(open(REGISTER)) == {"ct": 25, "codes": {}}   # rewritten whole
+    assert read_json_file(REGISTER) == {"ct": 25, "codes": {}}   # rewritten whole
     for bad in ("", "null", "[]", '{"ct": 5, "codes": {}}', '{"ct": 10, "codes": {"1.8.0": [10, 1, 2, 3]}}',
                 '{"ct": true, "codes": {}}', "{" * 50):
+        remove_all(REGISTER)      # the damaged file alone (a complete copy beside it would be read instead)
         with open(REGISTER, "w") as f:
             f.write(bad)
         reg = EnergyRegister(REGISTER)
@@ -309,8 +310,8 @@ def test_a_refused_register_write_is_retried_not_lost(drive, monkeypatch):
     assert reg.write_errors == 1                          # not every poll: once a minute
     monkeypatch.setattr(mod, "write_atomic", real)
     pipe.poll(2000 + pipe.REGISTER_RETRY_MS)
-    assert not reg.dirty and json.load(open(REGISTER))["codes"]["1.8.0"] == [20, 1000, -1, 1000, -1]
-    assert os.path.exists(REGISTER)
+    assert not reg.dirty and read_json_file(REGISTER)["codes"]["1.8.0"] == [20, 1000, -1, 1000, -1]
+    assert stored(REGISTER)
 
 
 def test_the_register_counts_the_same_inside_the_micropython_vm():

@@ -3,12 +3,14 @@ damaged, the firmware boots and the rest runs; an unreadable token file locks (a
 in every combination with the settings file, and a press of the device's button lets the owner make a new token
 pair without a token (no factory reset)."""
 
+import json
 import os
 import time
 
 import pytest
 import requests
 
+from core.json_store import read_json_file
 from tests.test_api_harness import start_host
 
 pytestmark = pytest.mark.slow
@@ -68,7 +70,7 @@ def test_an_unreadable_token_file_locks_in_every_combination_and_the_button_lets
         read, write = _pair(h)
         assert requests.post(h.url + "/api/v1/settings", json={"api_auth_required": True}, timeout=10).ok
         assert h.stop() == 0
-        good_settings = open(os.path.join(h.state, "settings.json"), "rb").read()
+        good_settings = json.dumps(read_json_file(os.path.join(h.state, "settings.json"))).encode()
         for sname, scontent in sorted(SETTINGS_CASES.items()):
             for tname, tcontent in sorted(TOKEN_CASES.items()):
                 _put(h.state, "settings.json", good_settings if scontent is None else scontent)

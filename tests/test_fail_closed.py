@@ -12,6 +12,7 @@ import re
 import pytest
 import requests
 
+from core.json_store import read_json_file
 from tests.test_api_harness import start_host
 
 pytestmark = pytest.mark.slow
@@ -47,8 +48,7 @@ def test_a_damaged_settings_file_keeps_authentication_on(tmp_path_factory, kind)
     h = start_host(tmp_path_factory, "fc-" + kind)
     try:
         read, _write = _auth_on(h)
-        with open(os.path.join(h.state, "tokens.json")) as f:
-            assert json.load(f)["required"] is True          # kept with the tokens
+        assert read_json_file(os.path.join(h.state, "tokens.json"))["required"] is True     # kept with the tokens
         assert h.stop() == 0
         _damage(h.state, DAMAGE[kind])
         h.start()
@@ -67,8 +67,7 @@ def test_an_older_drive_teaches_the_token_file_and_off_stays_off(tmp_path_factor
         read, write = _auth_on(h)
         assert h.stop() == 0
         path = os.path.join(h.state, "tokens.json")
-        with open(path) as f:
-            doc = json.load(f)
+        doc = read_json_file(path)
         del doc["required"]                                  # as an older firmware wrote it
         with open(path, "w") as f:
             json.dump(doc, f)

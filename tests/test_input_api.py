@@ -2,13 +2,14 @@
 unusable IPv4 addressing and a private key as the MQTT CA answer 400 with the reason and change nothing."""
 
 import json
-import os
 
 import pytest
 import socketpool
 
 from core.app import App
 from core.bus import Bus
+from core.durable_file import stored
+from core.json_store import read_json_file
 from core.log import Log
 from core.settings import Settings
 from services.api import routes_settings
@@ -72,7 +73,7 @@ def test_settings_answer_400_naming_the_key_and_store_nothing(api, body, key):
     before = api.app.settings.public()
     status, answer = call(api, "/api/v1/settings", body)
     assert status == 400 and answer["error"] == "Invalid settings" and list(answer["fields"]) == [key], answer
-    assert api.app.settings.public() == before and not os.path.exists(api.folder / "settings.json")
+    assert api.app.settings.public() == before and not stored(str(api.folder / "settings.json"))
 
 
 def test_gateway_reason_through_the_api(api):
@@ -84,7 +85,7 @@ def test_gateway_reason_through_the_api(api):
 def test_surrogate_pair_is_stored_and_echoed_as_one_character(api):
     status, answer = call(api, "/api/v1/settings", rb'{"device_name": "Z\ud83d\ude00"}')
     assert status == 200 and answer["applied"] == {"device_name": "Z\U0001F600"}
-    assert json.load(open(api.folder / "settings.json"))["device_name"] == "Z\U0001F600"
+    assert read_json_file(str(api.folder / "settings.json"))["device_name"] == "Z\U0001F600"
 
 
 def test_private_key_upload_is_refused_and_not_stored(api, certs):
@@ -95,7 +96,7 @@ def test_private_key_upload_is_refused_and_not_stored(api, certs):
         status, answer = call(api, "/api/v1/mqtt/ca", body.encode(), ctype)
         assert status == 400 and "private key was sent" in answer["error"] and "not stored" in answer["error"]
     assert api.app.mqtt.changes == 0
-    assert not os.path.exists(api.folder / "mqtt_ca.pem") and not os.path.exists(api.folder / "mqtt_ca.pem.tmp")
+    assert not stored(str(api.folder / "mqtt_ca.pem"))
 
 
 @pytest.mark.parametrize("body", [
@@ -106,7 +107,7 @@ def test_private_key_upload_is_refused_and_not_stored(api, certs):
 def test_der_that_is_no_certificate_is_refused(api, body):
     status, answer = call(api, "/api/v1/mqtt/ca", body.encode(), "text/plain")
     assert status == 400 and api.app.mqtt.changes == 0, answer
-    assert not os.path.exists(api.folder / "mqtt_ca.pem")
+    assert not stored(str(api.folder / "mqtt_ca.pem"))
 
 
 def test_real_ca_still_accepted(api, certs):

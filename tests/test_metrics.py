@@ -4,12 +4,12 @@ and with authentication on it needs the READ token."""
 
 import hashlib
 import json
-import os
 from decimal import Decimal
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.durable_file import stored
 from tests.hostproc import HostProcess, http_request
 
 pytestmark = pytest.mark.slow
@@ -98,7 +98,7 @@ def test_with_authentication_on_it_needs_the_read_token(tmp_path):
         assert _scrape(h, {"Authorization": "Bearer " + "0" * 64})[0] == 401
         status, text, _ = _scrape(h, {"Authorization": "Bearer " + TOKEN})
         assert status == 200 and "meterplus_uptime_seconds" in text
-        assert os.path.exists(drive / "tokens.json")
+        assert stored(str(drive / "tokens.json"))
     finally:
         h.stop()
 

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from core.durable_file import read_text, stored
 from services.mqtt import ca_store as mqtt_ca
 from tools.mpvm import MicroVM
 
@@ -70,8 +71,8 @@ def test_store_save_status_delete(tmp_path, ca_pem):
     assert mqtt_ca.CaStore(store.path).pem() == pem  # read back from the file
     with pytest.raises(mqtt_ca.CertError):
         store.save("garbage")
-    assert store.pem() == pem and open(store.path).read() == pem  # a refused upload changes nothing
-    assert store.delete() is True and not os.path.exists(store.path) and store.pem() is None
+    assert store.pem() == pem and read_text(store.path, str) == pem  # a refused upload changes nothing
+    assert store.delete() is True and not stored(store.path) and store.pem() is None
 
 
 def test_interrupted_writes_leave_a_readable_file(tmp_path, ca_pem, certs):
@@ -105,7 +106,7 @@ def test_store_never_renames(tmp_path, ca_pem, monkeypatch):
     store = mqtt_ca.CaStore(str(tmp_path / "mqtt_ca.pem"))
     store.save(ca_pem)
     store.save(ca_pem)
-    assert os.listdir(tmp_path) == ["mqtt_ca.pem"]
+    assert os.listdir(tmp_path) == ["mqtt_ca.pem.slots"]     # core/durable_file.py
 
 
 def test_damaged_file_means_no_custom_ca(tmp_path):

@@ -12,6 +12,7 @@ import requests
 from aio_wattwaechter import Wattwaechter
 from aio_wattwaechter.exceptions import WattwaechterNotFoundError, WattwaechterRateLimitError
 
+from core.durable_file import read_text
 from tests.hostproc import HostProcess
 from tests.mqtt_peers import Subscriber, full_backlog_listener
 
@@ -141,8 +142,7 @@ def test_ca_routes(host, certs):
     # aio-wattwaechter sends {"certificate": ...}; it deletes through the same route.
     up = client_call(host, lambda ww: ww.mqtt_ca_upload(pem))
     assert up.success and up.bundle_size == st["custom_size"]
-    with open(host.state + "/mqtt_ca.pem") as f:
-        assert f.read() == pem.strip() + "\n"
+    assert read_text(host.state + "/mqtt_ca.pem", str) == pem.strip() + "\n"
     gone = client_call(host, lambda ww: ww.mqtt_ca_delete())
     assert gone.success
     with pytest.raises(WattwaechterNotFoundError):

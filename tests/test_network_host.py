@@ -15,6 +15,7 @@ import pytest
 import requests
 from aio_wattwaechter import Wattwaechter
 
+from core.json_store import read_json_file
 from tests import improv_peer
 from tests.hostproc import HostProcess, free_port
 
@@ -121,7 +122,7 @@ def test_factory_state_provisioned_over_ble_joins_follows_the_ap_table_and_is_fo
         assert requests.get(h.url + "/generate_204", allow_redirects=False, timeout=5).status_code == 404
         assert not _captive_answer(dns_port)
         assert now["ap"]["mode"] == "timed"        # configured now: the cold-start row, 15 minutes
-        stored = json.load(open(os.path.join(h.state, "settings.json")))
+        stored = read_json_file(os.path.join(h.state, "settings.json"))
         assert stored["wifi"]["primary"]["ssid"] == "HostNetwork"
         # A client finds it by mDNS.
         q = dns.message.make_query("_wattwaechter._tcp.local.", "PTR")

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from core.durable_file import read_text
 from core.settings import Settings, SettingsError
 from tools.mpvm import MicroVM
 
@@ -67,7 +68,7 @@ def test_surrogate_pair_is_joined_into_one_character(tmp_path):
               "mqtt": {"user": "u\ud83d\ude00"}})
     assert s.get("device_name") == "Z\U0001F600" and len(s.get("device_name")) == 2
     assert s.get("wifi.primary.ssid") == "\U0001F600" * 8 and len(s.get("wifi.primary.ssid").encode()) == 32
-    assert "surrogate" not in json.dumps(s.doc) and "\\ud83d" in open(tmp_path / "settings.json").read()
+    assert "surrogate" not in json.dumps(s.doc) and "\\ud83d" in read_text(str(tmp_path / "settings.json"), str)
     assert "wifi.primary.ssid" in fields_of(s, {"wifi": {"primary": {"ssid": "\ud83d\ude00" * 9}}})  # 36 bytes
 
 
@@ -103,7 +104,7 @@ def test_stored_surrogate_from_an_older_firmware_falls_back_to_the_default(tmp_p
     assert s.get("device_name") == "Keller" and s.get("mqtt.host") == "broker"  # the rest is kept
     assert s.get("wifi.primary.password") == "hunter2hunter2" and s.load_errors == 4
     s.update({"ledEnable": False})  # the next write stores the repaired document
-    assert "\\ud8" not in open(tmp_path / "settings.json").read()
+    assert "\\ud8" not in read_text(str(tmp_path / "settings.json"), str)
 
 
 # --- IPv4 ---

@@ -2,12 +2,13 @@
 authentication keys in any spelling; a new destination drops the secret that went to the old one (MQTT password,
 cloud pairing) unless the request gives it again; a body that changes nothing says so."""
 
-import json
 import os
 
 import pytest
 import requests
 
+from core.durable_file import stored
+from core.json_store import read_json_file
 from tests.test_api_harness import host_fixture
 
 pytestmark = pytest.mark.slow
@@ -20,11 +21,7 @@ def _post(h, path, doc):
 
 
 def _stored(h):
-    path = os.path.join(h.state, "settings.json")
-    if not os.path.exists(path):
-        return None                                   # none written yet: the defaults
-    with open(path) as f:
-        return json.load(f)
+    return read_json_file(os.path.join(h.state, "settings.json"))   # None: none written yet, the defaults
 
 
 @pytest.mark.parametrize("doc,key", [
@@ -70,10 +67,10 @@ def test_a_new_broker_gets_no_stored_password(host):
 
 def test_a_new_cloud_host_drops_the_pairing(host):
     assert requests.post(host.url + "/api/v1/cloud/pair", json={"pairing_token": "WW-12345678"}, timeout=10).ok
-    assert os.path.exists(os.path.join(host.state, "cloud.json"))
+    assert stored(os.path.join(host.state, "cloud.json"))
     status, body = _post(host, "/api/v1/settings", {"cloud": {"host": "cloud.evil.example"}})
     assert status == 200 and body["secrets_dropped"] == ["cloud pairing"]
-    assert not os.path.exists(os.path.join(host.state, "cloud.json"))
+    assert not stored(os.path.join(host.state, "cloud.json"))
 
 
 def test_a_body_that_changes_nothing_says_so(host):

@@ -1,6 +1,6 @@
 """Published energy totals that stay continuous through ctRatio changes: raw delta x the ratio in force."""
 
-from core.files import exists
+from core.durable_file import stored
 from core.json_store import read_json_file, write_atomic
 from meter.decimal import sub
 
@@ -46,7 +46,7 @@ class EnergyRegister:
             except (OSError, ValueError) as exc:
                 self._warn("energy register %s unreadable, totals restart at raw x ctRatio: %s", self.path, exc)
                 self.load_errors += 1
-        if doc is None and self.path is not None and exists(self.path):
+        if doc is None and self.path is not None and stored(self.path):
             doc = False  # there, but neither it nor a copy parses: damaged, not missing
         if doc is not None and not self._take(doc):
             self._warn("energy register %s damaged, totals restart at raw x ctRatio", self.path)

@@ -3,8 +3,7 @@
 import binascii
 
 from micropython import const
-from core.durable_file import read_text, remove_all, write_text
-from core.files import exists as _exists
+from core.durable_file import read_text, remove_all, stored, write_text
 from services.mqtt.der import DerError, PrivateKeyError, check_certificate
 
 PATH = "mqtt_ca.pem"
@@ -97,7 +96,7 @@ class CaStore:
 
     def delete(self):
         """Remove the stored certificate; False when there was none."""
-        had = self.pem() is not None or _exists(self.path)
+        had = self.pem() is not None or stored(self.path)
         remove_all(self.path)
         self._pem = None
         self._loaded = True
