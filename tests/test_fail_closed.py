@@ -72,13 +72,11 @@ def test_an_older_drive_teaches_the_token_file_and_off_stays_off(tmp_path_factor
         with open(path, "w") as f:
             json.dump(doc, f)
         h.start()
-        with open(path) as f:
-            assert json.load(f)["required"] is True           # learnt at the first start
+        assert read_json_file(path)["required"] is True        # learnt at the first start
         r = requests.post(h.url + "/api/v1/settings", json={"api_auth_required": False},
                           headers={"Authorization": "Bearer " + write}, timeout=10)
         assert r.status_code == 200
-        with open(path) as f:
-            assert json.load(f)["required"] is False          # switched off by the owner: kept off
+        assert read_json_file(path)["required"] is False       # switched off by the owner: kept off
         assert h.stop() == 0
         _damage(h.state, b"null")
         h.start()
