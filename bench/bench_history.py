@@ -128,6 +128,8 @@ def _drive(meter, days, flush_minutes, store, step_s=10, log_every_s=0, extra=No
     clock = FakeClock(days_from_civil(2026, 3, 20) * 86400 - 3600)
     h = History(bus, clock, FakeSettings({"history.flushMinutes": flush_minutes}), store)
     h.start()
+    while h.store_ok and not store.ready:
+        h.poll(0)      # the file is made a slice per poll: counted with the start, not the steady state
     h.poll(0)
     flog = FlashLog(wall_time=lambda: clock.utc) if log_every_s else None
     if flog is not None and log_paths:       # the flash log elsewhere than its default (a comparison)

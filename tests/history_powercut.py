@@ -29,6 +29,7 @@ class Failure(AssertionError):
 
 PATH = "history/history.bin"    # where the firmware keeps it (code.py)
 LEGACY = "history.bin"          # where firmware before the history/ folder kept it
+FULL_SIZE = hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE
 
 
 def history_path(state):
@@ -84,7 +85,7 @@ def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print, old_
         os.makedirs(state, exist_ok=True)
         shutil.copy(old_file, os.path.join(state, LEGACY))
         kept = {r[0]: r for r in read_file(state)[1]}
-    stats = {"kills": 0, "records": 0, "lost_max": 0, "lost_total": 0, "snapshots": 0}
+    stats = {"kills": 0, "records": 0, "lost_max": 0, "lost_total": 0, "snapshots": 0, "cut_while_made": 0}
     try:
         for i in range(n_kills):
             host = HostProcess(state, args=["--speed", str(speed), "--ntp", "%s:%d" % (ntp_host, ntp_port)])
@@ -105,6 +106,10 @@ def run(n_kills, workdir, speed=3600.0, seed=1, up_s=(0.8, 4.0), log=print, old_
             stats["kills"] += 1
             if history_path(state) is None:
                 continue          # killed before the clock synced and the file was created
+            # Cut while the file was made a slice per poll: short, or a migration's .new beside it.
+            stats["cut_while_made"] += (os.path.getsize(history_path(state)) < FULL_SIZE
+                                        or os.path.exists(os.path.join(state, "history", "history.new"))
+                                        or os.path.exists(os.path.join(state, "history", "history.tmp")))
             header, hr, lr = read_file(state)
             if header is None:
                 raise Failure("cut %d: header unreadable" % i)

@@ -14,7 +14,7 @@ from tests.test_history_service import Sim, berlin_midnight
 from tests.test_history_store import ListLog, fill
 
 SIZE = hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE
-SLICES = -(-SIZE // hs.FILL)           # 234 for 238,912 bytes
+SLICES = -(-SIZE // hs.FILL)           # 117 for 238,912 bytes
 
 
 @pytest.fixture(autouse=True)
@@ -96,9 +96,9 @@ def test_records_made_while_the_file_is_made_wait_in_ram_are_served_and_flushed_
     n = 0
     served = []
     while not sim.store.ready:
-        sim.run(30, step=30)   # a poll every 30 s: the file takes ~2 hours, quarters close meanwhile
+        sim.run(60, step=60)   # a poll a minute: the file takes ~2 hours, quarters close meanwhile
         n += 1
-        if n % 40 == 0:
+        if n % 20 == 0:
             body = json.loads("".join(sim.h.high_res(day)()))
             served.append(body)
             assert [i["timestamp"] for i in body["items"]] == [r[1] for r in sim.h.hr]   # what RAM holds
@@ -108,7 +108,7 @@ def test_records_made_while_the_file_is_made_wait_in_ram_are_served_and_flushed_
     assert sim.h.counters["flushes"] == 0 and sim.h.counters["flush_errors"] == 0
     assert "wait in RAM" not in sim.log.text()
     waiting = list(sim.h.hr)
-    sim.run(30, step=30)                                  # the poll after the last slice flushes them
+    sim.run(60, step=60)                                  # the poll after the last slice flushes them
     assert not sim.h.hr and sim.h.counters["flushes"] == 1
     assert list(sim.store.records(HR)) == [(i + 1,) + r[1:] for i, r in enumerate(waiting)]
     body = json.loads("".join(sim.h.high_res(day)()))

@@ -93,7 +93,7 @@ print("@", h.store_ok, h.state, h.counters["quarters"], h.counters["flushes"], h
 print("@J" + "".join(h.high_res(%d)()))
 """ % (T0, DAY))
     first = [ln for ln in out.splitlines() if ln.startswith("@ ")][0].split()
-    # The file made a slice per poll (234 of them), the quarter hours that waited flushed after it, then hourly.
+    # The file made a slice per poll (117 of them), the quarter hours that waited flushed after it, then hourly.
     slices = -(-(hs.HEADER_SIZE + (hs.HR_CAP + hs.LR_CAP) * hs.REC_SIZE) // hs.FILL)
     assert first[1:] == ["True", "OK", "11", "3", "0", "created", str(slices), "True"]
     body = json.loads([ln for ln in out.splitlines() if ln.startswith("@J")][0][2:])
