@@ -98,3 +98,37 @@ print("@J" + "".join(h.high_res(%d)()))
     assert first[1:] == ["True", "OK", "11", "3", "0", "created", str(slices), "True"]
     body = json.loads([ln for ln in out.splitlines() if ln.startswith("@J")][0][2:])
     assert body["count"] == 11 and body["items"][1]["import_kW"] == 0.225 and body["items"][1]["power_W"] == 900
+
+
+def test_a_migration_in_slices_keeps_every_record_in_the_vm(staged, tmp_path):
+    vm, _expect = staged
+    # CPython's migration of the same file (200/8 slots into 300/10) is the reference.
+    with open(os.path.join(vm.root, "h.bin"), "rb") as f:
+        data = f.read()
+    ref = tmp_path / "m.bin"
+    ref.write_bytes(data)
+    st = hs.HistoryStore(str(ref), hr_cap=300, lr_cap=10)
+    assert st.open() == "migrated"
+    want = [list(r) for r in st.records(hs.HR)] + [list(r) for r in st.records(hs.LR)]
+    out, _fuel = vm.run("""
+from services.history import store as hs
+with open("/input/h.bin", "rb") as src, open("/input/m.bin", "wb") as dst:
+    dst.write(src.read())
+st = hs.HistoryStore("/input/m.bin", hr_cap=300, lr_cap=10)
+print("@B", st.begin(), st.slices)
+n = 1
+while not st.step():
+    n += 1
+print("@S", st.status, n, st.slices, st.hr.next_seq, st.hr.head)
+for r in st.records(hs.HR):
+    print("@R", list(r))
+for r in st.records(hs.LR):
+    print("@R", list(r))
+""")
+    lines = out.splitlines()
+    assert [ln for ln in lines if ln.startswith("@B")] == ["@B migrating 1"]
+    slices = -(-(hs.HEADER_SIZE + 310 * hs.REC_SIZE) // hs.FILL)
+    status = [ln for ln in lines if ln.startswith("@S")][0].split()
+    assert status[1:] == ["migrated", str(slices), str(slices), str(st.hr.next_seq), str(st.hr.head)]
+    got = [json.loads(ln[3:]) for ln in lines if ln.startswith("@R")]
+    assert got == want and len(got) == 149 + 3
