@@ -184,7 +184,7 @@ WIRED_BEFORE_LOOP = 4      # system, api, logs, network
 # connection takes several polls: with a feature's wiring (~1 S3 s) after every cycle, each of them would wait for
 # one. So the next wiring waits for a whole round, and while a module has work in flight (Module.busy) for at most
 # WIRING_WAITS_MS.
-WIRING_WAITS_MS = 1500
+WIRING_WAITS_MS = 500
 _waiting_since = None
 
 

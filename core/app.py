@@ -52,3 +52,15 @@ class App:
         self.mem_free = None    # callable: free heap bytes (gc.mem_free)
         self.boot_ticks = 0
         self.reset_reason = ""
+
+
+class LazyRoutes:
+    """A feature's route module by name, not imported: the HTTP API imports it at the first request for a path under
+    one of its prefixes. CircuitPython keeps every imported module's code in the heap and collects after each import,
+    so a handler nobody asked for costs the start nothing and the heap nothing."""
+
+    def __init__(self, module, prefixes, open_paths=()):
+        self.module = module
+        self.prefixes = prefixes
+        self.OPEN_PATHS = open_paths    # the name a route module uses: token-free paths are known before the import
+

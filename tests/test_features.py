@@ -231,7 +231,7 @@ def test_the_start_in_stages_wires_one_feature_a_round_and_yields_to_work_in_fli
     for _ in range(3):
         assert ns["wire_next"](app) is True and wired == ["web"]      # an answer or a connection in flight
         clock.advance(ns["WIRING_WAITS_MS"] // 3 - 10)
-    clock.advance(30)                                                 # 1,500 ms since the wait began
+    clock.advance(ns["WIRING_WAITS_MS"] - 3 * (ns["WIRING_WAITS_MS"] // 3 - 10))   # WIRING_WAITS_MS since it began
     assert ns["wire_next"](app) is True and wired == ["web", "meter"]  # waited long enough: the start goes on
     app.supervisor.work = False
     assert app.logged == []

@@ -11,6 +11,7 @@ from adafruit_httpserver import GET, POST, ChunkedResponse, JSONResponse, Respon
 
 from core.app import App
 from core.bus import Bus
+from core.json_store import read_json_file
 from core.log import Log
 from core.settings import Settings
 from services.api import routes_settings
@@ -512,7 +513,7 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
         assert answer.startswith(b"HTTP/1.1 200")
         assert ring.pop() == ["ctRatio", "ledEnable", "medianFilterSize"] and ring.pop() is None   # sorted
         assert app.led.enabled is False
-        assert json.load(open(tmp_path / "settings.json"))["ctRatio"] == 2.5
+        assert read_json_file(str(tmp_path / "settings.json"))["ctRatio"] == 2.5   # as stored (core/json_store.py)
     finally:
         api.stop()
 
@@ -702,3 +703,46 @@ def test_while_starting_an_unknown_path_is_503_starting_and_a_late_feature_joins
         assert ask("/api/v1/nothing")[0] == 404
     finally:
         api.stop()
+
+
+LAZY_MODULE = '''
+from adafruit_httpserver import GET, JSONResponse, Route
+
+
+def routes(app):
+    return [Route("/api/v1/lazy/thing", GET, lambda request: JSONResponse(request, {"lazy": True}))]
+'''
+
+
+def test_a_lazy_route_module_is_imported_at_the_first_request_for_its_paths(tmp_path, monkeypatch):
+    """core.app.LazyRoutes: the module is not imported while nobody asks; the first request under its prefix imports
+    it and is answered by it, a wrong method there is 405 (not 404), and its token-free paths are known before."""
+    import sys
+
+    from core.app import LazyRoutes
+
+    (tmp_path / "lazy_routes_probe.py").write_text(LAZY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("lazy_routes_probe", None)
+    app = App(Bus(), Settings(str(tmp_path / "settings.json"), zone_ok=lambda z: True), Log(echo=None))
+    app.auth = Tokens(str(tmp_path / "tokens.json"))
+    app.mem_free = lambda: 10 ** 6
+    lazy = LazyRoutes("lazy_routes_probe", ("/api/v1/lazy/",), open_paths=("/api/v1/lazy/open",))
+    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=[lazy])
+    api.start()
+
+    def ask(method, path):
+        raw = exchange(server_port(api), b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (method, path.encode()),
+                       lambda: api.poll(0), polls=60, wait=0.05)
+        return int(raw[9:12]), raw.partition(b"\r\n\r\n")[2]
+
+    try:
+        assert "/api/v1/lazy/open" in api._open_paths and "lazy_routes_probe" not in sys.modules
+        assert ask(b"GET", "/api/v1/other")[0] == 404 and "lazy_routes_probe" not in sys.modules
+        status, body = ask(b"GET", "/api/v1/lazy/thing")
+        assert status == 200 and json.loads(body) == {"lazy": True} and "lazy_routes_probe" in sys.modules
+        assert ask(b"DELETE", "/api/v1/lazy/thing")[0] == 405
+        assert api.describe()["routes_loaded"] == 1
+    finally:
+        api.stop()
+        sys.modules.pop("lazy_routes_probe", None)

@@ -76,6 +76,8 @@ HTTP_CLIENTS = 1
 FLASH = ([f[6:] for f in FLAGS if f.startswith("flash=")] or [None])[0]
 
 
+RESIDENT_TOPS = ("core", "drivers", "meter", "services", "adafruit_ticks", "adafruit_httpserver", "adafruit_minimqtt",
+                 "adafruit_connection_manager", "adafruit_ble")
 # The drive's flash model is the bench's own, not a stand-in for a C module: loaded only with a flash= flag, so a run
 # without one (the smallest-heap bisection) has none of its code in the heap.
 FLASH_ONLY = ("flashfs", "flash_model")
@@ -443,13 +445,16 @@ class FlashEvents:
     def __init__(self, app, sup, clock, first_ms, every_ms):
         self.app = app
         self.clock = clock
-        self.slots = {}
-        for slot in sup._slots:
-            self.slots[slot.module.name] = slot
+        self.sup = sup
         self.todo = [[first_ms + i * every_ms, kind, prefix] for i, (kind, prefix) in enumerate(self.KINDS)]
         self.results = {}
         self.cur = None
         self.led = None
+
+    @property
+    def slots(self):
+        """The supervisor's slots by module name, looked up when asked: code.py wires features from its loop."""
+        return {slot.module.name: slot for slot in self.sup._slots}
 
     def _arm(self, kind):
         """Make the module write in the next cycle (its own flush, as its timer would start it)."""
@@ -775,7 +780,7 @@ def main():
         # No time before the history service started: its first start on a fresh drive creates the file (a stall
         # of seconds to minutes), and the quarter hour that closes 50 s after the clock syncs must come after it
         # and after the first readings.
-        ntp.hold = lambda: events.slots["history"].phase == 0
+        ntp.hold = lambda: "history" not in events.slots or events.slots["history"].phase == 0
     longest = None          # the step with the longest flash stall: (typ us, max us, step us, cycle, paths)
     warm_stall_us = 0
     flash_at_measure = None
@@ -892,6 +897,9 @@ def main():
         # Parts that load only while in use (services/network/ble_on_demand.py, services/ota/service.py).
         "loaded": sorted(n for n in ("adafruit_ble", "drivers.ble_provision", "services.ota.signature",
                                      "services.ota.http_get", "services.ota.upload") if n in sys.modules),
+        # What stays in the heap after the run: the firmware's and the libraries' modules still imported (issue 35's
+        # code_resident_kb is their own code and tables, bench_device.module_costs(only=...)).
+        "resident": sorted(n for n in sys.modules if n.split(".")[0] in RESIDENT_TOPS),
         "features_off": app.features_off,
         "profile": profile, "collections": getattr(sup, "collections", None),
         "feature_heap": feature_heap,

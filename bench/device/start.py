@@ -20,8 +20,7 @@ import runner
 from runner import _hostenv, _unix_time, socketpool
 
 MAX_SECONDS = runner.SECONDS
-FIRMWARE_TOPS = ("core", "drivers", "meter", "services", "adafruit_ticks", "adafruit_httpserver", "adafruit_minimqtt",
-                 "adafruit_connection_manager", "adafruit_ble")
+FIRMWARE_TOPS = runner.RESIDENT_TOPS
 
 
 class FirstReading(runner.MqttBroker):

@@ -1,10 +1,12 @@
 """The REST API service: the hardened server plus rate limit, low-heap guard, routing (404/405) and token levels."""
 
 import json
+import sys
 
 from adafruit_httpserver import Redirect, Response
 from adafruit_ticks import ticks_diff, ticks_ms
 
+from core.app import LazyRoutes
 from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, RECOVERY_MS, WRITE
@@ -295,6 +297,7 @@ class HttpApi(Module):
         self._names = ()
         self._open_paths = ()
         self._routes_of = 0        # how many of route_modules gave their routes (_take_routes)
+        self._lazy = []            # core.app.LazyRoutes not imported yet
         self.last_open_error = ""  # the last failure of a request without a valid token (counted, never logged)
         self._events = None        # the bus's "event" ring: a button press opens the token recovery window
 
@@ -304,6 +307,7 @@ class HttpApi(Module):
             self._events = self._app.bus.subscribe("event", 4)
         self._open_paths = ()
         self._routes = []
+        self._lazy = []
         self._routes_of = 0
         self._take_routes()
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
@@ -323,8 +327,21 @@ class HttpApi(Module):
         open_paths = list(self._open_paths)
         for mod in new:
             open_paths.extend(getattr(mod, "OPEN_PATHS", ()))
-            self._routes.extend(mod.routes(self._app))
+            if isinstance(mod, LazyRoutes):
+                self._lazy.append(mod)      # imported at the first request for one of its paths (_load_lazy)
+            else:
+                self._routes.extend(mod.routes(self._app))
         self._open_paths = tuple(open_paths)
+
+    def _load_lazy(self, path):
+        """Import the route modules whose prefixes cover path (core.app.LazyRoutes) and take their routes."""
+        due = [lazy for lazy in self._lazy for p in lazy.prefixes if path.startswith(p)]
+        for lazy in due:
+            if lazy in self._lazy:
+                self._lazy.remove(lazy)
+                __import__(lazy.module)
+                self._routes.extend(sys.modules[lazy.module].routes(self._app))
+                self.count("routes_loaded")
 
     def _refused_lately(self, peer, now):
         """True while a rate limit refuses peer (it was refused within the window); asked only with both slots
@@ -378,6 +395,8 @@ class HttpApi(Module):
 
     def _find(self, method, path):
         """(handler, params) of the matching route, or (None, allowed methods of the path)."""
+        if self._lazy:
+            self._load_lazy(path)
         allowed = []
         for route in self._routes:
             ok, params = route.matches(method, path)

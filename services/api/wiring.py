@@ -4,7 +4,7 @@ Wired early and essential: it is what a user needs to repair the device, so a la
 memory never takes it along. Route modules of later features join app.routes before the server starts.
 """
 
-from services.api import routes_auth, routes_settings
+from core.app import LazyRoutes
 from services.api.auth import Tokens
 from services.api.service import HttpApi
 
@@ -53,8 +53,8 @@ def wire(app):
     """Register the HTTP server (never given up, polled last) with the settings and token routes."""
     seed_wifi(app)
     load_tokens(app)
-    app.routes.append(routes_settings)
-    app.routes.append(routes_auth)
+    app.routes.append(LazyRoutes("services.api.routes_settings", ("/api/v1/settings",)))
+    app.routes.append(LazyRoutes("services.api.routes_auth", ("/api/v1/auth/",)))
     app.http = app.supervisor.add(HttpApi(app.pool, app, host=app.env("METERPLUS_BIND", "0.0.0.0"),
                                           port=app.http_port, route_modules=app.routes,
                                           rate_limit=int(app.env("METERPLUS_API_RATE_LIMIT", 25))),

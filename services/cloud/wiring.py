@@ -1,7 +1,7 @@
 """The cloud feature (optional, off until paired): the pairing file, the uploader and the pairing routes."""
 
+from core.app import LazyRoutes
 from core.version import VERSION
-from services.cloud import routes as cloud_routes
 from services.cloud.pairing import Pairing
 from services.cloud.service import CloudService
 
@@ -18,4 +18,4 @@ def wire(app):
     app.cloud = app.supervisor.add(CloudService(app.pool, app.bus, app.settings, app.cloud_pairing, app.device_id,
                                                 VERSION, ssl_factory=ssl.create_default_context if ssl else None,
                                                 clock=app.clock, log=app.log))
-    app.routes.append(cloud_routes)
+    app.routes.append(LazyRoutes("services.cloud.routes", ("/api/v1/cloud/",)))

@@ -1,6 +1,6 @@
 """The history feature: quarter hours and days on the flash, and their routes."""
 
-from services.history import routes as history_routes
+from core.app import LazyRoutes
 from services.history.service import History
 from services.history.store import HistoryStore
 
@@ -11,4 +11,4 @@ def wire(app):
     store = HistoryStore("history/history.bin", legacy="history.bin", log=app.log)  # legacy: before 2026-11
     app.history = app.supervisor.add(History(app.bus, app.clock, app.settings, store, log=app.log))
     app.flushables.append(app.history)
-    app.routes.append(history_routes)
+    app.routes.append(LazyRoutes("services.history.routes", ("/api/v1/history/",)))

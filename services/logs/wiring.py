@@ -1,6 +1,6 @@
 """The logs feature: the persistent log on the flash and the log routes."""
 
-from services.logs import routes as log_routes
+from core.app import LazyRoutes
 from services.logs.flash_log import FlashLog
 
 
@@ -12,4 +12,4 @@ def wire(app):
     log.sinks.append(flash_log.sink)
     app.flushables.append(flash_log)
     app.flash_log = flash_log
-    app.routes.append(log_routes)
+    app.routes.append(LazyRoutes("services.logs.routes", ("/api/v1/logs/",)))

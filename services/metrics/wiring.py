@@ -1,8 +1,8 @@
-"""The metrics feature: GET /metrics for Prometheus (a route only: nothing polls)."""
+"""The metrics feature: GET /metrics for Prometheus (a route only, nothing polls; loaded at the first scrape)."""
 
-from services.metrics import routes as metrics_routes
+from core.app import LazyRoutes
 
 
 def wire(app):
     """Serve /metrics."""
-    app.routes.append(metrics_routes)
+    app.routes.append(LazyRoutes("services.metrics.routes", ("/metrics",)))

@@ -1,7 +1,7 @@
 """The Modbus feature: the SunSpec server (listening only while modbus.enable) and its status route."""
 
+from core.app import LazyRoutes
 from core.version import VERSION
-from services.modbus import routes as modbus_routes
 from services.modbus.server import ModbusServer
 
 
@@ -13,4 +13,4 @@ def wire(app):
                                                  port_override=int(port) if port is not None else None,
                                                  serial=app.device_id, version=VERSION, log=app.log))
     app.modbus.budget = app.sockets
-    app.routes.append(modbus_routes)
+    app.routes.append(LazyRoutes("services.modbus.routes", ("/api/v1/modbus/",)))

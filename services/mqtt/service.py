@@ -322,9 +322,9 @@ class MqttService(Module):
             self._end_test(now_ms, result)
 
     def busy(self):
-        """Connecting, or connected with messages still queued (the discovery after a connect, a reading)."""
-        st = self.conn_state
-        return st == INIT or st == CONNECTING or (st == CONNECTED and bool(self._queue))
+        """Connected with messages still queued (the discovery after a connect, a reading). Not while connecting: a
+        broker that never answers would hold the start back until the connect timeout."""
+        return self.conn_state == CONNECTED and bool(self._queue)
 
     def _connecting_poll(self, now):
         if self._tcp_phase:

@@ -1,8 +1,8 @@
 """The MQTT feature: the client with Home Assistant discovery, its CA store and its routes."""
 
+from core.app import LazyRoutes
 import wifi
 
-from services.mqtt import routes as mqtt_routes
 from services.mqtt.ca_store import CaStore
 from services.mqtt.service import MqttService
 
@@ -30,4 +30,4 @@ def wire(app):
                                               energy_floor=app.energy_floor))
     if app.tariff is not None:
         app.mqtt.money = app.tariff.money_values
-    app.routes.append(mqtt_routes)
+    app.routes.append(LazyRoutes("services.mqtt.routes", ("/api/v1/mqtt/",)))

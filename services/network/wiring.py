@@ -7,13 +7,13 @@ docs/api.md). CircuitPython's own mdns module (the fallback) and BLE use no sock
 pcb / NimBLE).
 """
 
+from core.app import LazyRoutes
 import ipaddress
 
 import wifi
 
 from core.sockbudget import TOTAL, worst_case
 from drivers.radio import WifiManager
-from services.network import join as wifi_join_routes
 from services.network import routes as network_routes
 from services.network.captive_dns import CaptiveDns
 
@@ -74,4 +74,4 @@ def wire(app):
                                          setup_url=env("METERPLUS_SETUP_URL", None)))
     app.captive_dns.budget = app.sockets
     app.routes.append(network_routes)
-    app.routes.append(wifi_join_routes)
+    app.routes.append(LazyRoutes("services.network.join", ("/api/v1/wifi/join",)))

@@ -1,10 +1,10 @@
 """The update feature: signed releases from the update server or uploaded as a file, applied by boot.py."""
 
+from core.app import LazyRoutes
 import os
 
 from core.module import FAILED
 from core.version import VERSION
-from services.ota import routes as ota_routes
 from services.ota.service import OtaService
 
 
@@ -22,4 +22,4 @@ def wire(app):
                                             health=lambda: http is not None and http.state != FAILED,
                                             ssl_factory=ssl.create_default_context if ssl is not None else None,
                                             rand=lambda n: int.from_bytes(os.urandom(2), "big") % n, log=app.log))
-    app.routes.append(ota_routes)
+    app.routes.append(LazyRoutes("services.ota.routes", ("/api/v1/ota/",)))

@@ -1,6 +1,6 @@
 """The outage journal: when the device went down, when it came back and why (docs/outages.md)."""
 
-from services.outages import routes as outage_routes
+from core.app import LazyRoutes
 from services.outages.journal import OutageJournal
 from services.outages.service import Outages
 
@@ -16,4 +16,4 @@ def wire(app):
     app.outages = app.supervisor.add(Outages(OutageJournal("logs/outages.bin"), app.clock, app.reset_reason,
                                              last_seen=last_seen, ota=app.ota, log=app.log))
     app.lifecycle.before_restart.append(app.outages.note_restart)
-    app.routes.append(outage_routes)
+    app.routes.append(LazyRoutes("services.outages.routes", ("/api/v1/system/outages",)))

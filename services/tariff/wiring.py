@@ -1,6 +1,6 @@
 """The tariff feature: the price in force, day-ahead prices, cost booked with the history, peaks; its routes."""
 
-from services.tariff import routes as tariff_routes
+from core.app import LazyRoutes
 from services.tariff.service import TariffService
 
 
@@ -15,4 +15,5 @@ def wire(app):
                                                   log=app.log))
     if app.mqtt is not None:        # MQTT is wired before the tariff (code.py: the first reading comes sooner)
         app.mqtt.money = app.tariff.money_values
-    app.routes.append(tariff_routes)
+    app.routes.append(LazyRoutes("services.tariff.routes", ("/api/v1/cost", "/api/v1/tariff",
+                                                             "/api/v1/peaks")))
