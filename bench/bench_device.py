@@ -226,14 +226,24 @@ def stage(binary=None, firmware_mpy=False, frozen=False):
 
 
 def overlay_update(root):
-    """What a network update leaves on a drive: every application file as the release's update ships it, written
-    over the drive's files (today source: a .py beside a drive's .mpy wins the import)."""
+    """What a network update leaves on a drive (docs/ota.md, "Twins"): the release's compiled form where it has
+    CircuitPython's mpy-cross (tools.release.find_mpy_cross, the one make release uses), each package module's .py
+    set aside by boot.py; else the source form, each .mpy of a module it ships set aside."""
+    from services.ota.manifest import twin
     from tools.ota_manifest import app_files
+    from tools.release import MPY_PACKAGES, find_mpy_cross
 
+    tool = find_mpy_cross()
     for rel in app_files(REPO):
         dest = os.path.join(root, rel)
         os.makedirs(os.path.dirname(dest) or root, exist_ok=True)
         shutil.copy(os.path.join(REPO, rel), dest)
+        other = twin(rel)
+        if tool is None and other is not None and os.path.exists(os.path.join(root, other)):
+            os.remove(os.path.join(root, other))
+    if tool is not None:   # compile_mpy replaces each .py by its .mpy: the .py is gone as boot.py sets it aside
+        for top in MPY_PACKAGES:
+            compile_mpy(os.path.join(os.path.dirname(os.path.dirname(tool)), "micropython"), os.path.join(root, top))
 
 
 def bench_process(cmd, root, timeout):
