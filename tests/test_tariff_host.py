@@ -81,8 +81,10 @@ def test_dynamic_tariff_end_to_end_on_the_host_runtime(tmp_path):
 
 
 def _price_on_drive(drive, t):
-    with open(os.path.join(drive, "tariff", "prices.txt")) as f:
-        lines = f.read().split("\n")[1:]
+    from core.durable_file import read_text
+
+    text = read_text(os.path.join(drive, "tariff", "prices.txt"), lambda s: s)   # as stored (core/durable_file.py)
+    lines = text.split("\n")[1:]
     for line in lines:
         if not line:
             continue
