@@ -4,7 +4,6 @@ import binascii
 
 from micropython import const
 from core.durable_file import read_text, remove_all, stored, write_text
-from services.mqtt.der import DerError, PrivateKeyError, check_certificate
 
 PATH = "mqtt_ca.pem"
 MAX_BYTES = const(4096)   # documented upload limit; a CA certificate is 1-2.5 KB of PEM
@@ -55,6 +54,10 @@ def validate(text):
         der = binascii.a2b_base64(b64)
     except ValueError:  # binascii.Error on CPython is a ValueError; MicroPython raises ValueError
         raise CertError("certificate body is not base64")
+    # The DER reader only when a certificate is checked (an upload, a few times in a device's life): every module
+    # CircuitPython imports costs the start a collection and stays in the heap (core.app.LazyRoutes says more).
+    from services.mqtt.der import DerError, PrivateKeyError, check_certificate
+
     try:
         check_certificate(der)
     except PrivateKeyError:
