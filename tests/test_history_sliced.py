@@ -267,3 +267,22 @@ def test_an_error_while_the_file_is_made_records_to_ram_and_the_next_flush_goes_
         sim.run(10)
     sim.run(10)
     assert sim.h.state == "OK" and not sim.h.hr and len(list(sim.store.records(HR))) == sim.h.counters["quarters"]
+
+
+def test_any_failure_of_a_slice_leaves_no_service_stuck_on_a_half_made_file(monkeypatch):
+    sim = Sim(berlin_midnight(2026, 6, 10) - 5, made=False, settings={"history.flushMinutes": 15})
+    real_step = HistoryStore.step
+
+    def broken(self):
+        monkeypatch.setattr(HistoryStore, "step", real_step)     # fails once, as an out-of-memory would
+        self._job = None
+        raise MemoryError("memory allocation failed")
+
+    monkeypatch.setattr(HistoryStore, "step", broken)
+    sim.run(10)
+    assert not sim.h.store_ok and sim.h.state == "WARN" and "cannot write" in sim.log.text()
+    sim.run(1800)                                          # the flush with records begins again
+    while not sim.store.ready:
+        sim.run(10)
+    sim.run(10)
+    assert sim.h.state == "OK" and not sim.h.hr and len(list(sim.store.records(HR))) == sim.h.counters["quarters"]

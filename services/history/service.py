@@ -96,7 +96,7 @@ class History(Module):
         waited in RAM go to the flash at the next poll (not in this one: its slice already stalled the chip)."""
         try:
             done = self.store.step()
-        except OSError as exc:
+        except Exception as exc:       # a refusing drive, or anything else: the work ended, never a stuck service
             self.store_ok = False      # the next flush begins again: a short file is extended from where it ends
             self.state = WARN
             self.count("open_errors")

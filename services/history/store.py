@@ -89,6 +89,16 @@ def unpack_v1(buf, kind, at=0):
     return v[:5] + (v[5] & ~(F_IC | F_EC | F_IC_PART | F_EC_PART),) + v[6:10] + (0, 0)
 
 
+def _next(it):
+    """The next item of an iterator, or None at its end."""
+    # next() with a default needs MICROPY_PY_BUILTINS_NEXT2, off at the core feature level CircuitPython's espressif
+    # port builds with (the bench's unix build has it).
+    try:
+        return next(it)
+    except StopIteration:
+        return None
+
+
 def header_bytes(hr_cap, lr_cap):
     """The 64-byte file header for the current format."""
     h = bytearray(HEADER_SIZE)
@@ -501,7 +511,7 @@ class HistoryStore:
         for ring, cap in ((self.hr, self.hr_cap), (self.lr, self.lr_cap)):
             recs = ring.records(open, self.path, bytearray(READ_BATCH * ring.rsize))
             for _ in range(ring.valid - cap):
-                next(recs, None)     # a smaller ring keeps the newest (no firmware's layout has shrunk yet)
+                _next(recs)          # a smaller ring keeps the newest (no firmware's layout has shrunk yet)
             feeds.append([recs, 0, None])
         hr_cap = self.hr_cap
 
@@ -509,7 +519,7 @@ class HistoryStore:
             # The record for slot (HighRes slots first, then LowRes) packed into chunk; False: the slot stays empty.
             feed = feeds[0] if slot < hr_cap else feeds[1]
             recs = feed[0]
-            r = next(recs, None) if recs is not None else None
+            r = _next(recs) if recs is not None else None
             if r is None:
                 feed[0] = None
                 return False
