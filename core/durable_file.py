@@ -17,9 +17,15 @@ cross-linked there. Truncating and rewriting a file is safe in FatFs's order too
 clusters are freed, its size set only after its data is written), which is how the slot file is made and how the
 plain copies of older firmware were written.
 
-Plain copies: path.new, then path, are read before the slot file: the firmware writes them only while it remakes
-the slot file (path.new), and older firmware or the owner (over USB) wrote them, so when present they are the newer.
-A save removes them after its record is complete. Legacy .tmp/.bak come last and are only read.
+Plain copies: path.new and path are what older firmware reads (path.new first). The first save that finds them
+leaves them in place, frozen, so a rollback to an older firmware (boot.py after failed trial boots, or an older
+release installed) finds the document as it was before the update, and never rewrites them (a save stays one slot
+write). Each record keeps the size and CRC32 of path.new and path as that save found them (or that they were
+absent): the reader takes a plain copy only when it differs from what the newest record says, that is when the owner
+(over USB) or an older firmware after a rollback changed it; the next save records it again (frozen anew). A slot
+file that stands but holds no complete record is damaged: the plain copies and legacy .tmp/.bak are not read then
+(they may be older than the document it lost: old tokens, authentication as it was), only when no slot file stands.
+path.slots.new is this firmware's own: the new text while it makes the slot file again, read first.
 """
 
 import binascii
@@ -30,6 +36,8 @@ from core.files import remove_quiet
 
 NEW = ".new"
 SLOTS = ".slots"
+TEMP = SLOTS + NEW      # the new text while the slot file is made again; older firmware never reads it
+PLAIN = (NEW, "")       # what older firmware reads, in its order: frozen after the first save here
 # Names older firmware wrote through renames. Only read, never freed except by remove_all(): after a cut they may
 # share clusters with the document itself.
 LEGACY = (".tmp", ".bak")
@@ -39,10 +47,15 @@ HEAD = 1024             # the file header's own cluster: each slot starts on a c
 UNIT = 1024             # records are padded to whole clusters: FatFs writes those straight, one block write each
 MIN_SLOT = 4096         # room for a document to grow before the file must be made again
 _FILE = b"MPS1"
-_REC = b"MPR1"
+_REC = b"MPR2"
+_REC1 = b"MPR1"         # the record before the plain copies were kept (no fingerprints): still read
 _FILE_FMT = "<4sIII"    # magic, file id, slot size, CRC32 of the 12 bytes before it
-_REC_FMT = "<4sIIII"    # magic, file id, sequence, length, CRC32 of (file id, sequence, length, text)
-REC = 20                # struct.calcsize(_REC_FMT)
+# magic, file id, sequence, length, size and CRC32 of path.new then of path as the save found them, CRC32 of the 28
+# bytes after the magic and the text
+_REC_FMT = "<4sIIIIIIII"
+REC = 36                # struct.calcsize(_REC_FMT)
+REC1 = 20               # an MPR1 record's head: magic, file id, sequence, length, CRC32
+ABSENT = (0xFFFFFFFF, 0)    # the fingerprint of a name that is not there: no file has that size
 
 
 class TooLarge(OSError):
@@ -50,8 +63,9 @@ class TooLarge(OSError):
 
 
 def names(path):
-    """Where the document may be, in the order a reader tries them."""
-    return (path + NEW, path, path + SLOTS) + tuple(path + s for s in LEGACY)
+    """Every name of the document: the order a reader tries them, and remove_all() removes them (the plain copies
+    before the slot file: a cut part way never leaves them as the only document)."""
+    return (path + TEMP, path + NEW, path, path + SLOTS) + tuple(path + s for s in LEGACY)
 
 
 def _sync():
@@ -87,17 +101,45 @@ def _layout(f):
     return fid, slot
 
 
+def _unfinished(f):
+    """True for a slot file without a layout that a cut left while it was made (it stands for no document).
+
+    FatFs sets the size at the close, so such a file is empty there; a host's file system may keep part of it: its
+    header whole (written first) in a file shorter than the header says, or less than the header. A file of any
+    other shape without a layout is damaged.
+    """
+    try:
+        size = f.seek(0, 2)
+        f.seek(0)
+        head = f.read(16)
+    except OSError:
+        return False
+    if len(head) < 16:
+        return True
+    magic, _fid, slot, crc = struct.unpack(_FILE_FMT, head)
+    return magic == _FILE and crc == binascii.crc32(head[:12]) and size < HEAD + 2 * slot
+
+
 def _record(f, fid, slot, i, buf):
-    """(sequence, length) of slot i's record when it is complete, else None; buf: scratch for the CRC."""
+    """(sequence, length, text offset, plain fingerprints or None) of slot i's record when it is complete, else None;
+    buf: scratch for the CRC."""
     try:
         f.seek(HEAD + i * slot)
         head = f.read(REC)
         if len(head) != REC:
             return None
-        magic, rfid, seq, n, crc = struct.unpack(_REC_FMT, head)
-        if magic != _REC or rfid != fid or n > slot - REC:
+        if head[:4] == _REC:
+            _m, rfid, seq, n, ns, nc, ps, pc, crc = struct.unpack(_REC_FMT, head)
+            off, plain = REC, ((ns, nc), (ps, pc))
+        elif head[:4] == _REC1:
+            _m, rfid, seq, n, crc = struct.unpack("<4sIIII", head[:REC1])
+            off, plain = REC1, None     # saved by the firmware that removed the plain copies: any there is newer
+            f.seek(HEAD + i * slot + REC1)
+        else:
+            return None
+        if rfid != fid or n > slot - off:
             return None    # another file's record in clusters this one reused, or never written
-        got = binascii.crc32(head[4:16])
+        got = binascii.crc32(head[4:off - 4])
         left = n
         while left:
             k = f.readinto(buf) if left >= len(buf) else f.readinto(memoryview(buf)[:left])
@@ -107,27 +149,43 @@ def _record(f, fid, slot, i, buf):
             left -= k
     except OSError:
         return None
-    return (seq, n) if got == crc else None
+    return (seq, n, off, plain) if got == crc else None
 
 
-def _newest(f, fid, slot):
-    """(slot index, sequence, length) of the newest complete record, or None."""
-    buf = bytearray(512)
+def _newest(f, fid, slot, buf):
+    """(slot index, sequence, length, text offset, plain fingerprints) of the newest complete record, or None."""
     best = None
     for i in (0, 1):
         r = _record(f, fid, slot, i, buf)
         if r is not None and (best is None or r[0] > best[1]):
-            best = (i, r[0], r[1])
+            best = (i,) + r
     return best
 
 
-def _pack(fid, seq, data, size):
-    """One record of `data` padded with zeros to `size` bytes."""
+def _pack(fid, seq, data, size, plain):
+    """One record of `data` padded with zeros to `size` bytes; plain: the fingerprints of path.new and path."""
     rec = bytearray(size)
-    struct.pack_into(_REC_FMT, rec, 0, _REC, fid, seq, len(data),
-                     binascii.crc32(data, binascii.crc32(struct.pack("<III", fid, seq, len(data)))))
+    struct.pack_into(_REC_FMT, rec, 0, _REC, fid, seq, len(data), plain[0][0], plain[0][1], plain[1][0],
+                     plain[1][1], 0)
+    struct.pack_into("<I", rec, REC - 4, binascii.crc32(data, binascii.crc32(memoryview(rec)[4:REC - 4])))
     rec[REC:REC + len(data)] = data
     return rec
+
+
+def _fingerprint(name, buf):
+    """(size, CRC32) of a file's bytes, or ABSENT when it cannot be opened."""
+    size = crc = 0
+    try:
+        with open(name, "rb") as f:
+            while True:
+                k = f.readinto(buf)
+                if not k:
+                    break
+                crc = binascii.crc32(memoryview(buf)[:k], crc)
+                size += k
+    except OSError:
+        return ABSENT
+    return size, crc
 
 
 def _plain(name, text):
@@ -144,30 +202,32 @@ def _file_id():
         return 1
 
 
-def _make(path, data, need, keep, room):
+def _make(path, data, need, keep, room, plain):
     """Make path.slots afresh with data in slot 0 (a missing or broken file, or one too small for data).
 
-    keep: the file holds the newest document, which the truncation loses until the new one is complete; path.new
-    holds the new text meanwhile (read before the slot file). The other slot's clusters are allocated by a seek,
-    not written: the file id in every record tells this file's records from any that the clusters held before.
+    keep: a slot file stands, which the truncation loses until the new one is complete; path.slots.new holds the
+    new text meanwhile (read first), so no cut shows the frozen plain copies the slot file hid. The other slot's
+    clusters are allocated by a seek, not written: the file id in every record tells this file's records from any
+    that the clusters held before.
     """
     if keep:
-        _plain(path + NEW, data.decode())
+        _plain(path + TEMP, data.decode())
     slot = max(MIN_SLOT, 2 * need, (room + UNIT - 1) // UNIT * UNIT)
     fid = _file_id()
     buf = bytearray(HEAD)
     struct.pack_into(_FILE_FMT, buf, 0, _FILE, fid, slot, 0)
     struct.pack_into("<I", buf, 12, binascii.crc32(memoryview(buf)[:12]))
     with open(path + SLOTS, "wb") as f:
-        f.write(buf + _pack(fid, 1, data, need))
+        f.write(buf + _pack(fid, 1, data, need, plain))
         f.seek(HEAD + 2 * slot - 1)
         f.write(b"\0")      # the file's whole size now; FatFs writes that size into the entry at the close
         f.flush()
     _sync()
 
 
-def _in_place(path, data, need):
-    """(written, keep): data went into the older slot of path.slots; else whether that file holds a document."""
+def _in_place(path, data, need, plain, buf):
+    """(written, keep): data went into the older slot of path.slots; else whether a slot file stands (one not
+    left unfinished by a cut while it was made: the reader takes it, or finds it damaged, over the plain copies)."""
     try:
         f = open(path + SLOTS, "r+b")
     except OSError:
@@ -175,15 +235,15 @@ def _in_place(path, data, need):
     try:
         layout = _layout(f)
         if layout is None:
-            return False, False
+            return False, not _unfinished(f)
         fid, slot = layout
-        best = _newest(f, fid, slot)
         if need > slot:
-            return False, best is not None
+            return False, True
+        best = _newest(f, fid, slot, buf)
         # the slot that does not hold the newest complete record (either one when neither is complete)
         i, seq = (1 - best[0], best[1] + 1) if best is not None else (0, 1)
         f.seek(HEAD + i * slot)
-        f.write(_pack(fid, seq, data, need))
+        f.write(_pack(fid, seq, data, need, plain))
         f.flush()
         return True, True
     finally:
@@ -195,56 +255,98 @@ def write_text(path, text, room=0):
 
     The slot file is rewritten in place; it is made (again) only when missing, broken or too small for the text,
     with slots of at least `room` bytes (the largest record the caller expects: a larger one makes the file again).
-    Plain copies (path, then path.new: path.new is the newer) are removed once the record is complete.
+    The plain copies are never written or removed: the record keeps their fingerprints as found (frozen).
     """
     if len(text) > MAX_CHARS:
         raise TooLarge("document of %d characters, at most %d" % (len(text), MAX_CHARS))
     data = text.encode()
     need = (REC + len(data) + UNIT - 1) // UNIT * UNIT
-    written, keep = _in_place(path, data, need)
+    buf = bytearray(512)
+    plain = (_fingerprint(path + PLAIN[0], buf), _fingerprint(path + PLAIN[1], buf))
+    written, keep = _in_place(path, data, need, plain, buf)
     if not written:
-        _make(path, data, need, keep, room)
+        _make(path, data, need, keep, room, plain)
     _sync()
-    for name in (path, path + NEW):
-        if _exists(name):
-            remove_quiet(name)
+    if _exists(path + TEMP):
+        remove_quiet(path + TEMP)
 
 
-def _read_slots(name, limit):
-    """The text of the newest complete record of the slot file name; ValueError when it has none."""
-    with open(name, "rb") as f:
+def _slots(name, buf):
+    """What the slot file says: None when there is none (or one a cut left unfinished while it was made), False when
+    it stands without a complete record (damaged), else (text position, length, plain fingerprints or None)."""
+    try:
+        f = open(name, "rb")
+    except OSError:
+        return None
+    with f:
         layout = _layout(f)
-        best = _newest(f, layout[0], layout[1]) if layout is not None else None
+        if layout is None:
+            return None if _unfinished(f) else False
+        best = _newest(f, layout[0], layout[1], buf)
         if best is None:
-            raise ValueError("no complete record")
-        if limit >= 0 and best[2] > 4 * limit:
-            raise ValueError("larger than %d characters" % limit)   # read whole it could exhaust the heap
-        f.seek(HEAD + best[0] * layout[1] + REC)
-        data = f.read(best[2])
+            return False
+        return HEAD + best[0] * layout[1] + best[3], best[2], best[4]
+
+
+def _read_slots(name, at, limit):
+    """The text of the record at (position, length) of the slot file name."""
+    if limit >= 0 and at[1] > 4 * limit:
+        raise ValueError("larger than %d characters" % limit)   # read whole it could exhaust the heap
+    with open(name, "rb") as f:
+        f.seek(at[0])
+        data = f.read(at[1])
     text = data.decode()
     return text if limit < 0 else text[:limit]
 
 
-def read_text(path, parse, limit=-1):
-    """parse(text) of the first of names(path) that reads and parses, or None.
+_SKIP = object()
 
-    A name that cannot be read or parsed is skipped, whatever the reason: torn or empty (ValueError), too large for
-    the heap (MemoryError), nested too deep for the parser (RecursionError on CPython, RuntimeError "maximum
-    recursion depth exceeded" on CircuitPython). Such a file is damaged, never a reason not to boot.
+
+def _parse_name(name, parse, limit, at=None):
+    """parse(text) of one name, or _SKIP when it cannot be read or parsed."""
+    try:
+        if at is not None:
+            text = _read_slots(name, at, limit)
+        else:
+            with open(name) as f:
+                text = f.read(limit)
+    except (OSError, ValueError, UnicodeError, MemoryError):
+        return _SKIP
+    try:
+        return parse(text)
+    except (ValueError, RuntimeError, MemoryError):
+        return _SKIP
+
+
+def read_text(path, parse, limit=-1):
+    """parse(text) of the document, or None.
+
+    In order: path.slots.new; then path.new and path, each only when it differs from what the newest record of the
+    slot file recorded (or no slot file stands); the slot file's newest record; legacy .tmp/.bak when no slot file
+    stands. A name that cannot be read or parsed is skipped, whatever the reason: torn or empty (ValueError), too
+    large for the heap (MemoryError), nested too deep for the parser (RecursionError on CPython, RuntimeError
+    "maximum recursion depth exceeded" on CircuitPython). Such a file is damaged, never a reason not to boot.
     """
-    for name in names(path):
-        try:
-            if name.endswith(SLOTS):
-                text = _read_slots(name, limit)
-            else:
-                with open(name) as f:
-                    text = f.read(limit)
-        except (OSError, ValueError, UnicodeError, MemoryError):
-            continue
-        try:
-            return parse(text)
-        except (ValueError, RuntimeError, MemoryError):
-            continue
+    got = _parse_name(path + TEMP, parse, limit)
+    if got is not _SKIP:
+        return got
+    buf = bytearray(512)
+    at = _slots(path + SLOTS, buf)
+    if at is False:
+        return None     # damaged: the plain copies may be the frozen ones, older than what it lost
+    for k in (0, 1):
+        name = path + PLAIN[k]
+        if at is None or at[2] is None or _fingerprint(name, buf) != at[2][k]:
+            got = _parse_name(name, parse, limit)
+            if got is not _SKIP:
+                return got
+    if at is not None:
+        got = _parse_name(path + SLOTS, parse, limit, at)
+        return None if got is _SKIP else got
+    for suffix in LEGACY:
+        got = _parse_name(path + suffix, parse, limit)
+        if got is not _SKIP:
+            return got
     return None
 
 

@@ -254,9 +254,21 @@ def _copy_scheme(path, obj):
     _remove(fos, path + ".new")
 
 
-def _cut_and_boot(volume, base, writes, cut, save):
+def _older_read(path):
+    """What firmware before the slot file reads (the copy scheme's reader): path.new, path, then .tmp/.bak."""
+    for suffix in (".new", "", ".tmp", ".bak"):
+        try:
+            with _File(path + suffix) as f:
+                return json.loads(f.read())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _cut_and_boot(volume, base, writes, cut, save, boot_save=None):
     """The volume as a power cut after writes[:cut] leaves it, booted: (document read, cross-links then, and
-    cross-links after the boot saved again with save() and wrote a file that takes fresh clusters)."""
+    cross-links after the boot saved again with boot_save() (default save()) and wrote a file that takes fresh
+    clusters, and what an older firmware reads (_older_read) at the cut and after that boot's save)."""
     image = bytearray(base)
     for off, data in writes[:cut]:
         image[off:off + len(data)] = data
@@ -264,14 +276,17 @@ def _cut_and_boot(volume, base, writes, cut, save):
     boot = _Image(image)
     try:
         doc = json_store.read_json_file(PATH)
-        save(PATH, NEXT)
+        older = _older_read(PATH)
+        (boot_save or save)(PATH, NEXT)
+        older_after = _older_read(PATH)
         f = _File("history.bin", "w")
         f.write("h" * 20000)
         f.close()
         again = json_store.read_json_file(PATH)
     finally:
         boot.close()
-    return doc, at_cut, _cross_links(image, volume) or ([] if again == NEXT else ["settings lost: %r" % again])
+    after = _cross_links(image, volume) or ([] if again == NEXT else ["settings lost: %r" % again])
+    return doc, at_cut, after, (older, older_after)
 
 
 def _volume(fillers):
@@ -289,9 +304,10 @@ def _warm(save):
     return prepare
 
 
-def _replay(save, prepare=None, new=NEW, warms=range(4), fillers=range(16)):
+def _replay(save, prepare=None, new=NEW, warms=range(4), fillers=range(16), boot_save=None, old=OLD):
     """Every (warm-up, filler entries, cut) of one save(PATH, new) after prepare(volume, warm) (default: warm + 1
-    saves of OLD): [(case, (document read, cross-links at the cut, after))].
+    saves of OLD), the next boot saving with boot_save (default save): [(case, (document read, cross-links at the cut,
+    after, older firmware's reads))].
 
     Filler entries before settings.json move its entries (and its siblings', three entries each) through every
     position of a 16-entry directory block, and warm-up saves leave the deleted slots that later names reuse, so
@@ -302,20 +318,29 @@ def _replay(save, prepare=None, new=NEW, warms=range(4), fillers=range(16)):
         for fill in fillers:
             volume = _volume(fill)
             prepare(volume, warm)
-            assert json_store.read_json_file(PATH) == OLD
+            assert json_store.read_json_file(PATH) == old
             base = bytes(volume.disk.storage)
             writes = _block_writes(volume, lambda: save(PATH, new))
             assert len(writes) > 1
             for cut in range(len(writes) + 1):
-                out.append(((warm, fill, cut, len(writes)), _cut_and_boot(volume, base, writes, cut, save)))
+                out.append(((warm, fill, cut, len(writes)), _cut_and_boot(volume, base, writes, cut, save, boot_save)))
     return out
 
 
-def _old_then_new(runs, new=NEW):
-    """Every cut read OLD or new, no cut left a cross-link, and per layout: old until one block write, new after."""
+def _olders(runs):
+    """The distinct (at the cut, after the next boot's save) reads of an older firmware over runs."""
+    out = []
+    for _case, (_d, _c, _a, older) in runs:
+        if older not in out:
+            out.append(older)
+    return out
+
+
+def _old_then_new(runs, new=NEW, old=OLD):
+    """Every cut read old or new, no cut left a cross-link, and per layout: old until one block write, new after."""
     by_case = {}
-    for case, (doc, at_cut, after) in runs:
-        assert doc in (OLD, new), "warm-up, fillers, cut, writes %r: %r" % (case, doc)
+    for case, (doc, at_cut, after, _older) in runs:
+        assert doc in (old, new), "warm-up, fillers, cut, writes %r: %r" % (case, doc)
         assert at_cut == [] and after == [], case
         by_case.setdefault(case[:2], []).append(doc == new)
     for seen in by_case.values():
@@ -325,6 +350,8 @@ def _old_then_new(runs, new=NEW):
 def test_a_cut_at_any_block_leaves_the_old_or_new_document_and_a_clean_volume(on_fatfs):
     runs = _replay(json_store.write_atomic)
     _old_then_new(runs)
+    # a fresh drive never gets a plain name: an older firmware finds nothing at any cut
+    assert _olders(runs) == [(None, None)]
     # the slot file is rewritten in place: the 4 blocks of NEW's 2 KB record and the directory entry's
     assert max(n for (_w, _f, _c, n), _r in runs) == 5
 
@@ -333,8 +360,8 @@ def test_the_rename_scheme_it_replaced_ends_cross_linked_after_one_cut(on_fatfs)
     """The hazard is real in FatFs and the replay sees it: a cut inside a rename leaves two names on one chain,
     and the next save plus one growing file end with settings and another file on the same clusters."""
     runs = _replay(_rename_scheme)
-    linked_at_cut = [case for case, (_d, at_cut, _a) in runs if at_cut]
-    broken_after = [case for case, (_d, _c, after) in runs if after]
+    linked_at_cut = [case for case, (_d, at_cut, _a, _o) in runs if at_cut]
+    broken_after = [case for case, (_d, _c, after, _o) in runs if after]
     assert linked_at_cut and broken_after, (len(linked_at_cut), len(broken_after))
 
 
@@ -359,16 +386,104 @@ def test_the_first_save_on_an_older_drive_migrates_with_every_cut_safe(on_fatfs,
             doc = files[suffix]
             volume.put(PATH + suffix, (doc if isinstance(doc, str) else json.dumps(doc)).encode())
 
-    _old_then_new(_replay(json_store.write_atomic, prepare, warms=range(1), fillers=range(0, 16, 5)))
-    # and after a whole save only the slot file and the legacy names are left (those are only read: see
-    # core/durable_file.py)
+    runs = _replay(json_store.write_atomic, prepare, warms=range(1), fillers=range(0, 16, 5))
+    _old_then_new(runs)
+    # the older firmware's view stays: at every cut, and after the next boot's save, it reads the drive as it was
+    assert _olders(runs) == [(OLD, OLD)]
+    # after a whole save the plain names are left as they were (frozen), beside the slot file
     volume = _volume(0)
     prepare(volume, 0)
+    before = {s: _content(PATH + s) for s in files}
     json_store.write_atomic(PATH, NEW)
     fos = _FatOs()
     assert [s for s in ("", ".new", ".slots", ".tmp", ".bak") if _exists(fos, PATH + s)] == \
-        [".slots"] + [s for s in (".tmp", ".bak") if s in files]
+        [s for s in ("", ".new", ".slots", ".tmp", ".bak") if s in files or s == ".slots"]
+    assert json_store.read_json_file(PATH) == NEW and _older_read(PATH) == OLD
+    json_store.write_atomic(PATH, NEXT)
+    assert json_store.read_json_file(PATH) == NEXT and {s: _content(PATH + s) for s in files} == before
+
+
+def _content(name):
+    with _File(name, "rb") as f:
+        return f.read()
+
+
+FROZEN = {"device_name": "before the update", "auth": "as it was"}
+
+
+def _migrated(volume, warm):
+    """A drive of older firmware (settings.json alone: FROZEN) after the first save here and warm more (OLD)."""
+    volume.put(PATH, json.dumps(FROZEN).encode())
+    for _ in range(warm + 1):
+        json_store.write_atomic(PATH, OLD)
+
+
+def test_saves_after_the_migration_never_touch_the_frozen_copy_with_every_cut_safe(on_fatfs):
+    runs = _replay(json_store.write_atomic, _migrated, warms=range(3), fillers=range(0, 16, 3))
+    _old_then_new(runs)
+    assert _olders(runs) == [(FROZEN, FROZEN)]
+    assert max(n for (_w, _f, _c, n), _r in runs) == 5     # as without the copy: 4 record blocks + the entry
+
+
+def test_a_rollback_reads_the_frozen_copy_and_its_save_wins_back_here_with_every_cut_safe(on_fatfs):
+    """Older firmware after a rollback reads FROZEN and saves NEW (the copy scheme: path.new whole, path rewritten,
+    path.new removed), cut at every block: this firmware reads its own OLD until older firmware's NEW is complete,
+    then NEW; its next save (NEXT) takes the plain names as found as the new frozen copy, which the older firmware
+    then reads unchanged."""
+    runs = _replay(_copy_scheme, _migrated, warms=range(2), fillers=range(0, 16, 5),
+                   boot_save=json_store.write_atomic)
+    _old_then_new(runs)
+    for case, (_doc, _c, _a, (older, older_after)) in runs:
+        assert older in (FROZEN, NEW) and older_after == older, case
+    volume = _volume(0)
+    _migrated(volume, 0)
+    assert _older_read(PATH) == FROZEN
+    _copy_scheme(PATH, NEW)
     assert json_store.read_json_file(PATH) == NEW
+    json_store.write_atomic(PATH, NEXT)
+    assert json_store.read_json_file(PATH) == NEXT and _older_read(PATH) == NEW
+
+
+def test_a_plain_file_the_owner_edits_wins_and_is_frozen_by_the_next_save(on_fatfs):
+    for prepare in (_migrated, lambda v, w: json_store.write_atomic(PATH, OLD)):     # old drive and fresh drive
+        volume = _volume(0)
+        prepare(volume, 1)
+        assert json_store.read_json_file(PATH) == OLD
+        with _File(PATH, "w") as f:                       # over USB
+            f.write(json.dumps({"device_name": "edited"}))
+        assert json_store.read_json_file(PATH) == {"device_name": "edited"}
+        volume.reset_counts()
+        json_store.write_atomic(PATH, NEXT)
+        assert sum(volume.erases.values()) <= 4       # taking it again writes nothing more than a save
+        assert json_store.read_json_file(PATH) == NEXT and _older_read(PATH) == {"device_name": "edited"}
+
+
+def test_remove_all_takes_the_frozen_copy_first_with_every_cut_safe(on_fatfs):
+    """A factory reset: at no cut does this firmware read the frozen copy (FROZEN: older settings and tokens) or an
+    older firmware read anything but FROZEN or nothing; whole, nothing is left."""
+    runs = _replay(lambda p, _o: durable_file.remove_all(p), _migrated, warms=range(2), fillers=range(0, 16, 5),
+                   boot_save=json_store.write_atomic)
+    for case, (doc, at_cut, after, (older, _older_after)) in runs:
+        assert doc in (OLD, None) and older in (FROZEN, None) and at_cut == [] and after == [], case
+    assert any(doc is None for _c, (doc, _a, _b, _o) in runs)
+    volume = _volume(0)
+    _migrated(volume, 0)
+    durable_file.remove_all(PATH)
+    fos = _FatOs()
+    assert [n for n in durable_file.names(PATH) if _exists(fos, n)] == []
+    assert json_store.read_json_file(PATH) is None and _older_read(PATH) is None
+
+
+def test_a_damaged_slot_file_never_falls_back_to_the_frozen_copy(on_fatfs):
+    """The frozen copy may be older than what the slot file lost (tokens, authentication as it was): a slot file that
+    stands without a complete record reads as damaged (None, stored), never as the copy."""
+    volume = _volume(0)
+    _migrated(volume, 1)
+    with _File(PATH + ".slots", "r+b") as f:
+        f.write(b"\0" * 512)          # its header
+    assert json_store.read_json_file(PATH) is None and durable_file.stored(PATH)
+    json_store.write_atomic(PATH, NEXT)    # the slot file made again: NEXT, the copy still frozen
+    assert json_store.read_json_file(PATH) == NEXT and _older_read(PATH) == FROZEN
 
 
 BIG = {"device_name": "big", "pad": "y" * 6000}
@@ -377,6 +492,10 @@ BIG = {"device_name": "big", "pad": "y" * 6000}
 def test_a_document_that_outgrows_its_slots_is_moved_to_a_larger_file_with_every_cut_safe(on_fatfs):
     runs = _replay(json_store.write_atomic, new=BIG, warms=range(2), fillers=range(0, 16, 5))
     _old_then_new(runs, BIG)
+    assert _olders(runs) == [(None, None)]     # path.slots.new: no plain name
+    runs = _replay(json_store.write_atomic, _migrated, new=BIG, warms=range(1), fillers=range(0, 16, 5))
+    _old_then_new(runs, BIG)
+    assert _olders(runs) == [(FROZEN, FROZEN)]
 
 
 def test_a_document_too_large_is_refused_before_any_block_is_written(on_fatfs):
@@ -477,6 +596,9 @@ def test_erases_per_save(on_fatfs):
     volume = _volume(0)
     volume.put(PATH, json.dumps(doc).encode())
     got["migration from path"] = _erases(volume, lambda p, o: json_store.write_atomic(p, o, STORE_ROOM), doc)
+    # settings.json stays, frozen, for a rollback: the saves after the migration cost what saves on a fresh drive do
+    got["slot file after the migration"] = max(
+        _erases(volume, lambda p, o: json_store.write_atomic(p, o, STORE_ROOM), doc) for _ in range(4))
     print("erases per save:", json.dumps(got, indent=1))
     assert got["copy scheme"] == 13
     assert got["slot file"] <= 4, got                          # 2 KB record: 2 clusters + the directory entry
@@ -484,3 +606,4 @@ def test_erases_per_save(on_fatfs):
     assert got["slot file, largest settings, first"] <= 10, got   # 9 KB record, the slots made large enough at first
     assert got["slot file, largest settings"] <= 10, got
     assert got["migration from path"] <= 10, got
+    assert got["slot file after the migration"] <= 4 and got["slot file after the migration"] == got["slot file"], got

@@ -257,9 +257,9 @@ class PowerCut(Exception):
 
 
 # How the drive is before the save, and the steps (writes and removes) the save makes: a save into the slot file (one
-# write), the first save on a drive of the copy scheme (the slot file made: two writes; path removed), a document
-# larger than its slots (path.new written, the slot file made again, path.new removed).
-BEFORE = {"slots": 1, "plain": 3, "outgrown": 4}
+# write), the first save on a drive of the copy scheme (the slot file made: two writes; path is left, frozen), a
+# document larger than its slots (path.slots.new written, the slot file made again, path.slots.new removed).
+BEFORE = {"slots": 1, "plain": 2, "outgrown": 4}
 
 
 @pytest.mark.parametrize("before", sorted(BEFORE))
@@ -455,6 +455,11 @@ print("plain", read_json_file("s.json")["v"], d.stored("s.json"))
 for i in range(3):
     write_atomic("s.json", {"v": i})
     print("saved", read_json_file("s.json")["v"], sorted(files), len(files["s.json.slots"]))
+print("frozen", files["s.json"])
+files["s.json"] = b'{"v": "edited"}'
+print("edited", read_json_file("s.json")["v"])
+write_atomic("s.json", {"v": "after"})
+print("again", read_json_file("s.json")["v"], files["s.json"])
 write_atomic("s.json", {"v": "big", "pad": "y" * 6000})
 print("grown", read_json_file("s.json")["v"], sorted(files), len(files["s.json.slots"]))
 try:
@@ -466,9 +471,64 @@ print("hex", binascii.hexlify(files["s.json.slots"]).decode())
 ''')
     lines = out.splitlines()
     assert lines[:5] == ["cpython from CPython", "plain plain True",
-                         "saved 0 ['s.json.slots'] 9216", "saved 1 ['s.json.slots'] 9216",
-                         "saved 2 ['s.json.slots'] 9216"], out[:2000]
-    assert lines[5].startswith("grown big ['s.json.slots'] ") and int(lines[5].split()[-1]) > 9216
+                         "saved 0 ['s.json', 's.json.slots'] 9216", "saved 1 ['s.json', 's.json.slots'] 9216",
+                         "saved 2 ['s.json', 's.json.slots'] 9216"], out[:2000]     # s.json frozen for a rollback
+    assert lines[5:8] == ["frozen b'{\"v\": \"plain\"}'", "edited edited", "again after b'{\"v\": \"edited\"}'"]
+    del lines[5:8]
+    assert lines[5].startswith("grown big ['s.json', 's.json.slots'] ") and int(lines[5].split()[-1]) > 9216
     assert lines[6] == "refused True big"
     (tmp_path / "vm.json.slots").write_bytes(bytes.fromhex(lines[7].split()[1]))
     assert read_json_file(str(tmp_path / "vm.json"))["v"] == "big"
+
+
+def _slot_file_of_the_firmware_before_the_frozen_copy(path, text, plain):
+    """A slot file as the firmware before the frozen copies wrote it (MPR1 records: no fingerprints; it removed the
+    plain names after its saves), with a plain `path` written after it (the owner, or older firmware)."""
+    import binascii
+    import struct
+
+    slot, fid = 4096, 7
+    head = bytearray(durable_file.HEAD)
+    struct.pack_into("<4sIII", head, 0, b"MPS1", fid, slot, 0)
+    struct.pack_into("<I", head, 12, binascii.crc32(bytes(head[:12])))
+    data = text.encode()
+    rec = bytearray(slot)
+    crc = binascii.crc32(data, binascii.crc32(struct.pack("<III", fid, 3, len(data))))
+    struct.pack_into("<4sIIII", rec, 0, b"MPR1", fid, 3, len(data), crc)
+    rec[20:20 + len(data)] = data
+    with open(path + ".slots", "wb") as f:
+        f.write(bytes(head) + bytes(rec) + bytes(slot))
+    if plain is not None:
+        with open(path, "w") as f:
+            f.write(plain)
+
+
+def test_a_slot_file_of_the_firmware_before_is_read_and_its_plain_file_is_taken_as_newer(tmp_path):
+    path = str(tmp_path / "s.json")
+    _slot_file_of_the_firmware_before_the_frozen_copy(path, '{"v": "slots"}', None)
+    assert read_json_file(path) == {"v": "slots"}
+    _slot_file_of_the_firmware_before_the_frozen_copy(path, '{"v": "slots"}', '{"v": "plain"}')
+    assert read_json_file(path) == {"v": "plain"}        # no fingerprint recorded: that firmware removed it
+    write_atomic(path, {"v": "next"})                    # the other slot: an MPR2 record beside the MPR1 one
+    assert read_json_file(path) == {"v": "next"} and open(path).read() == '{"v": "plain"}'
+    write_atomic(path, {"v": "again"})                   # over the MPR1 record
+    assert read_json_file(path) == {"v": "again"}
+
+
+def test_a_cut_while_the_first_slot_file_is_made_on_a_host_reads_the_plain_file(tmp_path):
+    """A host's file system may keep part of a file being made (FatFs leaves it empty): its header whole in a file
+    shorter than it says, or part of the header. Such a file stands for nothing: the plain file is read; a slot file
+    of any other shape without a complete record is damaged and the plain file (maybe a frozen one) is not."""
+    path = str(tmp_path / "s.json")
+    write_atomic(path, {"v": "made"})
+    whole = open(path + ".slots", "rb").read()
+    os.remove(path + ".slots")
+    with open(path, "w") as f:
+        f.write('{"v": "plain"}')
+    for cut in (0, 5, 16, 1024, 3000, len(whole) - 1):
+        with open(path + ".slots", "wb") as f:
+            f.write(whole[:cut])
+        assert read_json_file(path) == {"v": "plain"}, cut
+    with open(path + ".slots", "wb") as f:
+        f.write(b"\0" * len(whole))
+    assert read_json_file(path) is None and durable_file.stored(path)
