@@ -1,7 +1,9 @@
 """A damaged settings.json never lowers security: whether authentication is on is kept with the tokens, so a
 zeroed, truncated, `null` or non-object settings file (no copies left) keeps it on; the damage is counted, logged
 and shown in /system/info. An older firmware's drive (auth on in settings.json only) teaches the token file at the
-first start; switching authentication off through the API is kept across a damaged file too."""
+first start; switching authentication off through the API is kept across a damaged file too. Across an update and
+its rollback the older firmware's tokens.json is kept as it was (authentication as it was), and a damaged slot file
+locks rather than read that older copy."""
 
 import base64
 import hashlib
@@ -184,3 +186,77 @@ def test_the_page_never_waits_for_the_apis_budget_and_its_own_429_is_a_page(tmp_
         assert r.headers["X-Frame-Options"] == "DENY"
     finally:
         h.stop()
+
+
+# --- the token file across an update and its rollback (core/durable_file.py keeps the older firmware's tokens.json) ---
+
+def _older_tokens(path, required):
+    """tokens.json as firmware before the slot file wrote it: a confirmed pair, authentication on or off."""
+    doc = {"read": hashlib.sha256(b"old read").hexdigest(), "write": hashlib.sha256(b"old write").hexdigest(),
+           "required": required}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return doc
+
+
+def _older_read(path):
+    """What firmware before the slot file reads: tokens.json.new, then tokens.json."""
+    for name in (path + ".new", path):
+        try:
+            with open(name) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def test_a_rollback_finds_the_tokens_as_they_were_and_authentication_on(tmp_path):
+    from core import durable_file
+    from services.api.auth import Tokens
+
+    path = str(tmp_path / "tokens.json")
+    before = _older_tokens(path, True)
+    t = Tokens(path)
+    t.load()
+    assert t.required and t.configured()
+    t.set_required(False)                            # a save here (the migration): the older copy stays as it was
+    t.load()
+    assert t.required is False and _older_read(path) == before
+    t.set_required(True)
+    t.set_required(False)                            # later saves leave it alone too
+    assert _older_read(path) == before and sorted(os.listdir(tmp_path)) == ["tokens.json", "tokens.json.slots"]
+    # the rollback: the older firmware reads the pair and authentication as they were before the update
+    older = _older_read(path)
+    assert older["required"] is True and older["write"] == before["write"]
+    # it switches authentication off and saves (its copy scheme): back here that wins, not the slot file
+    older["required"] = False
+    older["write"] = hashlib.sha256(b"older firmware's pair").hexdigest()
+    with open(path, "w") as f:
+        json.dump(older, f)
+    t.load()
+    assert t.required is False and t.configured()
+    t.set_required(True)                             # and it is taken again (frozen anew)
+    t.load()
+    assert t.required is True and _older_read(path) == older
+    # a factory reset removes the older copy too: nothing left for any firmware to read
+    durable_file.remove_all(path)
+    assert os.listdir(tmp_path) == [] and _older_read(path) is None
+
+
+def test_a_damaged_token_slot_file_locks_and_never_reads_the_older_copy(tmp_path):
+    """The older copy says authentication off while it was switched on here: a slot file that stands without a
+    complete record locks, whatever the copy says."""
+    from services.api.auth import Tokens
+
+    path = str(tmp_path / "tokens.json")
+    _older_tokens(path, False)
+    t = Tokens(path)
+    t.load()
+    assert t.required is False
+    t.set_required(True)
+    size = os.path.getsize(path + ".slots")
+    for damage in (b"\0" * size, b"\xff" * size, b"\0" * 1024 + open(path + ".slots", "rb").read()[1024:]):
+        with open(path + ".slots", "wb") as f:
+            f.write(damage)
+        t.load()
+        assert t.locked and t.required is True and not t.configured(), damage[:1]
