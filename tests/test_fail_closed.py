@@ -200,14 +200,10 @@ def _older_tokens(path, required):
 
 
 def _older_read(path):
-    """What firmware before the slot file reads: tokens.json.new, then tokens.json."""
-    for name in (path + ".new", path):
-        try:
-            with open(name) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            continue
-    return None
+    """What the firmware before the slot file reads (its own durable_file, kept in tests/)."""
+    from tests import durable_file_before_slots as older
+
+    return older.read_text(path, json.loads)
 
 
 def test_a_rollback_finds_the_tokens_as_they_were_and_authentication_on(tmp_path):
@@ -229,10 +225,11 @@ def test_a_rollback_finds_the_tokens_as_they_were_and_authentication_on(tmp_path
     older = _older_read(path)
     assert older["required"] is True and older["write"] == before["write"]
     # it switches authentication off and saves (its copy scheme): back here that wins, not the slot file
+    from tests import durable_file_before_slots
+
     older["required"] = False
     older["write"] = hashlib.sha256(b"older firmware's pair").hexdigest()
-    with open(path, "w") as f:
-        json.dump(older, f)
+    durable_file_before_slots.write_text(path, json.dumps(older))
     t.load()
     assert t.required is False and t.configured()
     t.set_required(True)                             # and it is taken again (frozen anew)

@@ -532,3 +532,29 @@ def test_a_cut_while_the_first_slot_file_is_made_on_a_host_reads_the_plain_file(
     with open(path + ".slots", "wb") as f:
         f.write(b"\0" * len(whole))
     assert read_json_file(path) is None and durable_file.stored(path)
+
+
+def test_settings_across_an_update_a_rollback_and_back(tmp_path):
+    """The older firmware (its own durable_file, kept in tests/) left settings.json; the first save here keeps it,
+    frozen; a rollback reads it as it was before the update; the older firmware's save wins back here and is frozen
+    anew; a factory reset leaves nothing for either firmware."""
+    from tests import durable_file_before_slots as older
+
+    path = str(tmp_path / "settings.json")
+    older.write_text(path, json.dumps({"device_name": "Before", "ledEnable": False}))
+    s = make(tmp_path)
+    assert s.get("device_name") == "Before"
+    s.update({"device_name": "Updated"})
+    s.update({"ledEnable": True})
+    assert make(tmp_path).get("device_name") == "Updated" and make(tmp_path).get("ledEnable") is True
+    assert older.read_text(path, json.loads) == {"device_name": "Before", "ledEnable": False}    # the rollback
+    doc = older.read_text(path, json.loads)
+    doc["device_name"] = "Rolled back"
+    older.write_text(path, json.dumps(doc))
+    s = make(tmp_path)
+    assert s.get("device_name") == "Rolled back" and s.get("ledEnable") is False
+    s.update({"ledEnable": True})
+    assert make(tmp_path).get("ledEnable") is True
+    assert older.read_text(path, json.loads) == {"device_name": "Rolled back", "ledEnable": False}
+    durable_file.remove_all(path)
+    assert os.listdir(tmp_path) == [] and older.read_text(path, json.loads) is None and not make(tmp_path).exists()
