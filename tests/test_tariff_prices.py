@@ -3,7 +3,6 @@ with a DST day and negative prices), fetched without blocking over http and http
 the flash; every bad answer and fault gets a clear state and changes nothing."""
 
 import json
-import os
 import time
 import tracemalloc
 from decimal import ROUND_HALF_UP, Decimal
@@ -11,6 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 import socketpool
 
+from core.durable_file import read_text, stored
 from core.bus import Bus
 from core.tz import days_from_civil, local_day_start_utc
 from services.tariff import routes as tr
@@ -179,7 +179,7 @@ def test_the_service_fetches_today_and_tomorrow_keeps_them_on_the_flash_and_read
         assert e.fetch() == "ok" and e.polls > 3
         assert srv.requests == ["/price?bzn=DE-LU&start=2026-10-24&end=2026-10-25"]
         assert e.svc.book.complete(OCT24) and e.svc.book.complete(OCT25)
-        assert os.path.exists("tariff/prices.txt")
+        assert stored("tariff/prices.txt")              # in whatever form the durable store keeps it
         # a restart: the prices come from the flash; both days complete, so no fetch until tomorrow 13:30
         e2 = Env(srv.energy_charts_url, at_local(OCT24, 15))
         assert e2.svc.book.complete(OCT25) and len(e2.svc.book.day_prices(OCT25)) == 100
@@ -209,8 +209,7 @@ def test_a_failing_price_server_is_reported_and_the_prices_kept(fault):
         e = Env(srv.energy_charts_url, at_local(OCT24, 14))
         assert e.fetch() == "ok"
         kept = e.svc.book.text()
-        with open("tariff/prices.txt") as f:
-            on_flash = f.read()
+        on_flash = read_text("tariff/prices.txt", lambda t: t)
         e.clock.utc = at_local(OCT25, 14)           # tomorrow's fetch
         srv.fault = fault if fault not in ("down", "unit") else None
         if fault == "unit":
@@ -230,8 +229,7 @@ def test_a_failing_price_server_is_reported_and_the_prices_kept(fault):
         assert e.svc.fetch_error and e.svc.state == WARN
         e.svc.book.prune(OCT24)
         assert e.svc.book.day_prices(OCT24) is not None
-        with open("tariff/prices.txt") as f:
-            assert f.read() == on_flash
+        assert read_text("tariff/prices.txt", lambda t: t) == on_flash
         assert kept.startswith("P1")
         assert e.svc._next_utc == e.clock.utc + TariffService.RETRY_S[0]
     finally:
