@@ -170,11 +170,11 @@ class HostProcess:
     def started(self):
         """True once the firmware's latest start wired every feature: code.py answers alive while it still wires
         the later ones (the start in stages) and logs "Meter Plus up" when the last is in; every restart the host
-        runtime makes logs "restarting the firmware" first."""
+        runtime makes logs "restarting the firmware" first (a version that crashes never says "up")."""
         with open(self.log_path, "rb") as f:
             f.seek(getattr(self, "_log_from", 0))
             text = f.read().decode("utf-8", "replace")
-        return text.count("Meter Plus up") >= 1 + text.count("restarting the firmware")
+        return text.rfind("Meter Plus up") > text.rfind("restarting the firmware")
 
     def wait_alive(self, timeout=60):
         """Wait until the firmware answers alive and its start is complete (started())."""

@@ -294,6 +294,31 @@ def test_our_own_announcement_looped_back_is_no_conflict():
     assert "conflicts" not in r.counters and r.fqdn() == HOST.rstrip(".")
 
 
+def test_a_probe_after_the_services_changed_hears_our_own_records_and_keeps_the_names():
+    """The Shelly turns on after the first announcement (code.py wires the emulation from the loop): the new probe
+    hears our earlier announcement (looped back, or a cache's answer) while probing. Equal records are no conflict
+    (RFC 6762 9: inconsistent rdata), so no name becomes -2; another host's A record still is one."""
+    r, sock, emu = make()
+    t = run_until_running(r, sock)
+    earlier = [data for data, _ in sock.sent]
+    emu.on = True
+    r.poll(t + 10)                        # the change: probing again
+    for data in earlier:
+        sock.inbox.append((data, ("192.168.1.50", MDNS_PORT)))
+    for i in range(4):
+        r.poll(t + 20 + 100 * i)
+    assert "conflicts" not in r.counters and r.fqdn() == HOST.rstrip(".")
+    r.poll(t + 2000)
+    resp = dns.message.Message(id=0)
+    resp.flags = dns.flags.QR | dns.flags.AA
+    resp.answer.append(dns.rrset.from_text(HOST, 120, "IN", "A", "192.168.1.99"))
+    emu.on = False
+    r.poll(t + 2100)                      # probing again, and now another host claims our name
+    sock.inbox.append((resp.to_wire(), PEER))
+    r.poll(t + 2200)
+    assert r.counters["conflicts"] == 1 and r.fqdn().endswith("-2.local")
+
+
 def test_a_conflict_after_announcing_says_goodbye_and_renames():
     r, sock, _ = make()
     t = run_until_running(r, sock)

@@ -559,9 +559,11 @@ class MdnsResponder(Module):
                 for r in self._records:
                     if not r.unique or r.hash != h or not name_equals(buf, n, pos, r.name):
                         continue
-                    # probing: any record with our name is a conflict; later: the same type with other data
+                    # probing: any record with our name is a conflict; later: the same type with other data. Never
+                    # a record equal to one of ours (RFC 6762 9: inconsistent rdata): a probe after the services
+                    # changed (the Shelly turned on) hears our own earlier announcement, looped back or from a cache.
                     if self._phase == _PROBING or (r.rtype == rtype and not r.rdata_equals(buf, n, data, rdlen)):
-                        if self._phase == _PROBING or not self._same_set(buf, n, pos, rtype, data, rdlen):
+                        if not self._same_set(buf, n, pos, rtype, data, rdlen):
                             self._conflict(now_ms)
                             return
             pos = data + rdlen

@@ -43,7 +43,13 @@ def wire(app):
     app.wifi = sup.add(WifiManager(wifi.radio, wifi.AuthMode, app.settings, app.reset_reason, app.device_id,
                                    ip_address=ipaddress.ip_address, log=app.log))
     app.wifi_scanner = app.wifi.scanner
-    shelly_on = lambda: app.emulation is not None and app.emulation.wanted("shelly")  # noqa: E731
+    def shelly_on():
+        """The emulated Shelly's mDNS records are on: the emulation's word once it is wired (code.py wires it from
+        the loop, after the responder's first probe), the setting's before, so the first probe already has them."""
+        if app.emulation is not None:
+            return app.emulation.wanted("shelly")
+        return app.settings.get("emulation.shelly", False) is True
+
     try:
         import mdns
 
