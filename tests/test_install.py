@@ -159,7 +159,11 @@ def test_an_upgrade_keeps_every_byte_of_the_owners_data_and_keys(tmp_path, zips)
         h.wait_for(lambda: os.path.exists(os.path.join(drive, "history", "history.bin")), timeout=60)
     finally:
         assert h.stop() == 0
-    for name in ("settings.json", "tokens.json", "mqtt_ca.pem", "history/history.bin", "logs/log.csv"):
+    from core.durable_file import stored
+
+    for name in ("settings.json", "tokens.json", "mqtt_ca.pem"):       # in the durable store's own files
+        assert stored(os.path.join(drive, name)), name
+    for name in ("history/history.bin", "logs/log.csv"):
         assert os.path.exists(os.path.join(drive, name)), name
     # and by the owner over USB: WiFi in settings.toml, an own library, a note, an own update key, OTA's memory
     _key, own = write_key(str(tmp_path / "own"))
