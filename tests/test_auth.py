@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from core.json_store import read_json_file
 from services.api.auth import PENDING_MS, READ, RECOVERY_MS, WRITE, TokenError, Tokens, same, sha256_hex
 from tests.steppedclock import SteppedClock
 from tools.mpvm import MicroVM
@@ -36,8 +37,10 @@ def test_generate_confirm_rotation(tmp_path):
     assert not t.configured() and t.level(w1) is None  # pending is not active
     t.confirm(w1, clock())
     assert t.level(w1) == WRITE and t.level(r1) == READ
-    stored = json.load(open(path))
+    stored = read_json_file(path)                  # as the durable store keeps it (core/json_store.py)
     assert w1 not in json.dumps(stored) and stored["write"] == sha256_hex(w1)  # hashes only on the flash
+    for name in os.listdir(str(tmp_path)):                                       # in no file the store wrote
+        assert w1.encode() not in (tmp_path / name).read_bytes() and r1.encode() not in (tmp_path / name).read_bytes()
     # second rotation: old stay valid until confirm, then die
     r2, w2 = t.generate(clock())
     assert t.level(w1) == WRITE and t.level(w2) is None
