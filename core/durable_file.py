@@ -84,16 +84,22 @@ def _exists(name):
         return False
 
 
-def _layout(f):
-    """(file id, slot size) from the header of an open slot file, or None when it is not a complete one."""
+def _head(f):
+    """(file size, its first 16 bytes) of an open slot file, or None when it cannot be read."""
     try:
         size = f.seek(0, 2)
         f.seek(0)
-        head = f.read(16)
+        return size, f.read(16)
     except OSError:
         return None
-    if len(head) != 16:
+
+
+def _layout(f):
+    """(file id, slot size) from the header of an open slot file, or None when it is not a complete one."""
+    got = _head(f)
+    if got is None or len(got[1]) != 16:
         return None
+    size, head = got
     magic, fid, slot, crc = struct.unpack(_FILE_FMT, head)
     # a cut while the file was made leaves it shorter (FatFs sets the size last): never half a layout
     if magic != _FILE or crc != binascii.crc32(head[:12]) or slot < UNIT or slot % UNIT or size != HEAD + 2 * slot:
@@ -108,12 +114,10 @@ def _unfinished(f):
     header whole (written first) in a file shorter than the header says, or less than the header. A file of any
     other shape without a layout is damaged.
     """
-    try:
-        size = f.seek(0, 2)
-        f.seek(0)
-        head = f.read(16)
-    except OSError:
+    got = _head(f)
+    if got is None:
         return False
+    size, head = got
     if len(head) < 16:
         return True
     magic, _fid, slot, crc = struct.unpack(_FILE_FMT, head)

@@ -728,7 +728,8 @@ def test_a_lazy_route_module_is_imported_at_the_first_request_for_its_paths(tmp_
     app.auth = Tokens(str(tmp_path / "tokens.json"))
     app.mem_free = lambda: 10 ** 6
     lazy = LazyRoutes("lazy_routes_probe", ("/api/v1/lazy/",), open_paths=("/api/v1/lazy/open",))
-    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=[lazy])
+    never = LazyRoutes("no_such_module_is_ever_imported", ("/api/v1/never/",))   # before it: stays unloaded
+    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=[never, lazy])
     api.start()
 
     def ask(method, path):
@@ -742,7 +743,7 @@ def test_a_lazy_route_module_is_imported_at_the_first_request_for_its_paths(tmp_
         status, body = ask(b"GET", "/api/v1/lazy/thing")
         assert status == 200 and json.loads(body) == {"lazy": True} and "lazy_routes_probe" in sys.modules
         assert ask(b"DELETE", "/api/v1/lazy/thing")[0] == 405
-        assert api.describe()["routes_loaded"] == 1
+        assert api.describe()["routes_loaded"] == 1 and api._lazy == [never]
     finally:
         api.stop()
         sys.modules.pop("lazy_routes_probe", None)

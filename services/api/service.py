@@ -335,13 +335,20 @@ class HttpApi(Module):
 
     def _load_lazy(self, path):
         """Import the route modules whose prefixes cover path (core.app.LazyRoutes) and take their routes."""
-        due = [lazy for lazy in self._lazy for p in lazy.prefixes if path.startswith(p)]
-        for lazy in due:
-            if lazy in self._lazy:
-                self._lazy.remove(lazy)
-                __import__(lazy.module)
-                self._routes.extend(sys.modules[lazy.module].routes(self._app))
-                self.count("routes_loaded")
+        # Asked on every request while a module waits: no list is built unless one matches.
+        i = 0
+        while i < len(self._lazy):
+            lazy = self._lazy[i]
+            for p in lazy.prefixes:
+                if path.startswith(p):
+                    break
+            else:
+                i += 1
+                continue
+            del self._lazy[i]
+            __import__(lazy.module)
+            self._routes.extend(sys.modules[lazy.module].routes(self._app))
+            self.count("routes_loaded")
 
     def _refused_lately(self, peer, now):
         """True while a rate limit refuses peer (it was refused within the window); asked only with both slots
