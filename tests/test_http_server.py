@@ -738,6 +738,10 @@ def test_a_lazy_route_module_is_imported_at_the_first_request_for_its_paths(tmp_
         return int(raw[9:12]), raw.partition(b"\r\n\r\n")[2]
 
     try:
+        broken = LazyRoutes("lazy_routes_missing_probe", ("/api/v1/broken/",))
+        api._lazy.append(broken)
+        assert ask(b"GET", "/api/v1/broken/x")[0] == 500 and broken in api._lazy   # a failed import waits again
+        api._lazy.remove(broken)
         assert "/api/v1/lazy/open" in api._open_paths and "lazy_routes_probe" not in sys.modules
         assert ask(b"GET", "/api/v1/other")[0] == 404 and "lazy_routes_probe" not in sys.modules
         status, body = ask(b"GET", "/api/v1/lazy/thing")

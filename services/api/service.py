@@ -345,9 +345,9 @@ class HttpApi(Module):
             else:
                 i += 1
                 continue
-            del self._lazy[i]
-            __import__(lazy.module)
+            __import__(lazy.module)       # may raise (out of memory): it stays waiting, the next request tries again
             self._routes.extend(sys.modules[lazy.module].routes(self._app))
+            del self._lazy[i]
             self.count("routes_loaded")
 
     def _refused_lately(self, peer, now):
