@@ -133,6 +133,46 @@ def test_an_unreadable_token_file_locks_never_opens(tmp_path, kind):
     assert t.locked and t.required and t.load_error and not t.configured() and t.level("a" * 64) is None
 
 
+@pytest.mark.parametrize("value", ["true", "false", 1, 0, None, [], {}, ""], ids=repr)
+def test_a_required_flag_that_is_not_a_boolean_means_authentication_on(tmp_path, value):
+    """Issue 36 point 7: "required": "true" (a string) read as off; with a damaged settings.json (defaults: off) that
+    switched authentication off. Any value but true or false is damage, and damage fails closed; the tokens stay
+    valid (their hashes are fine) and the damage is said."""
+    from core.json_store import write_atomic
+
+    path = str(tmp_path / "tokens.json")
+    t = Tokens(path)
+    t.load()
+    r, w = t.generate(0)
+    t.confirm(w, 0)
+    doc = read_json_file(path)
+    doc["required"] = value
+    write_atomic(path, doc)
+    t = Tokens(path)
+    t.load()
+    assert t.required is True and not t.locked and t.level(w) == WRITE and t.level(r) == READ
+    assert "required" in t.load_error
+
+
+@pytest.mark.parametrize("value", [True, False, "absent"])
+def test_a_boolean_or_absent_required_flag_is_taken_as_it_is(tmp_path, value):
+    from core.json_store import write_atomic
+
+    path = str(tmp_path / "tokens.json")
+    t = Tokens(path)
+    t.load()
+    t.confirm(t.generate(0)[1], 0)
+    doc = read_json_file(path)
+    if value == "absent":
+        del doc["required"]          # as an older firmware wrote it: settings.json decides (services/api/wiring.py)
+    else:
+        doc["required"] = value
+    write_atomic(path, doc)
+    t = Tokens(path)
+    t.load()
+    assert t.required is (value is True) and t.load_error is None
+
+
 def test_the_recovery_window_lasts_two_minutes_across_the_tick_wrap(tmp_path):
     clock = SteppedClock()                          # starts 5 s before the wrap
     p = tmp_path / "tokens.json"

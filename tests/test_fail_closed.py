@@ -63,6 +63,29 @@ def test_a_damaged_settings_file_keeps_authentication_on(tmp_path_factory, kind)
         h.stop()
 
 
+def test_a_damaged_settings_file_and_a_required_flag_as_text_keep_authentication_on(tmp_path_factory):
+    """Issue 36 point 7: tokens.json's "required": "true" (a string, not a boolean) with a damaged settings.json
+    (defaults: off) switched authentication off. Anything but true or false in the token file fails closed."""
+    from core.json_store import write_atomic
+
+    h = start_host(tmp_path_factory, "fc-required-text")
+    try:
+        read, _write = _auth_on(h)
+        assert h.stop() == 0
+        path = os.path.join(h.state, "tokens.json")
+        doc = read_json_file(path)
+        doc["required"] = "true"
+        write_atomic(path, doc)
+        _damage(h.state, b"\x00" * 300)
+        h.start()
+        assert requests.get(h.url + "/api/v1/settings", timeout=10).status_code == 401
+        assert requests.get(h.url + "/api/v1/history/latest", timeout=10).status_code == 401
+        assert _info(h, read)["auth_required"] is True
+        assert "required is neither true nor false: authentication on" in h.log()
+    finally:
+        h.stop()
+
+
 def test_an_older_drive_teaches_the_token_file_and_off_stays_off(tmp_path_factory):
     h = start_host(tmp_path_factory, "fc-migrate")
     try:

@@ -89,7 +89,12 @@ class Tokens:
         if isinstance(data, dict) and _valid_hash(data.get("read")) and _valid_hash(data.get("write")):
             self._read = binascii.unhexlify(data["read"])
             self._write = binascii.unhexlify(data["write"])
-            self.required = data.get("required") is True
+            # true or false as this firmware writes it, absent as an older one did (settings.json decides then);
+            # anything else ("true", 1, null) is damage, and damage never switches authentication off
+            required = data["required"] if "required" in data else False
+            self.required = required is not False
+            if self.required and required is not True:
+                self.load_error = "token file: required is neither true nor false: authentication on"
         else:
             self.load_error = "unreadable token file"
             self.locked = True

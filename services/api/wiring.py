@@ -33,6 +33,8 @@ def load_tokens(app):
     if app.auth.locked:
         log.error("auth: %s unreadable: authentication stays on and no token is valid; press the button briefly, then "
                   "make a new token pair on the page within 2 minutes", TOKENS_PATH)
+    elif app.auth.load_error:
+        log.error("auth: %s: %s", TOKENS_PATH, app.auth.load_error)
     if settings.damaged:
         log.error("settings: %s unreadable, defaults in use (%d load errors); authentication stays as the token "
                   "file says: %s", SETTINGS_PATH, settings.load_errors, "on" if app.auth.required else "off")
