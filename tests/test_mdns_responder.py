@@ -80,12 +80,12 @@ class Emul:
         self.on = False
 
 
-def make(shelly=None, join_fails=False, fallback=None, port=MDNS_PORT):
+def make(shelly=None, join_fails=False, fallback=None, port=MDNS_PORT, log=None):
     pool = FakePool(join_fails=join_fails)
     emu = shelly or Emul()
     r = MdnsResponder(pool, lambda: IP, "meterplus-" + DEV,
                       lambda: service_list(DEV, 80, "0.1.0", emu.on),
-                      changed=lambda: emu.on, port=port, fallback=fallback)
+                      changed=lambda: emu.on, port=port, fallback=fallback, log=log)
     r.start()
     return r, pool.socks[0], emu
 
@@ -487,23 +487,112 @@ def test_every_legacy_question_for_our_names_fits_in_twice_its_size():
     assert worst <= 2.0
 
 
+def claim(name, ip="192.168.1.99"):
+    """Another host's answer: name's A record is ip (authoritative, cache-flush not needed for the check)."""
+    resp = dns.message.Message(id=0)
+    resp.flags = dns.flags.QR | dns.flags.AA
+    resp.answer.append(dns.rrset.from_text(name, 120, "IN", "A", ip))
+    return resp.to_wire()
+
+
+def logged():
+    from core.log import Log
+
+    log = Log(capacity=256)
+    lines = []
+    log.sinks.append(lines.append)
+    return log, lines
+
+
 def test_a_flood_of_conflicts_slows_probing_but_never_stops_the_responder():
-    r, sock, _ = make()
+    """RFC 6762 8.1: 15 conflicts within 10 s and each further probe waits 5 s; the rename waits with it (a conflict
+    heard meanwhile is for the name still waiting to be probed), so a flood renames no faster than that."""
+    log, lines = logged()
+    r, sock, _ = make(log=log)
     t = run_until_running(r, sock)
     for _ in range(20):
-        resp = dns.message.Message(id=0)
-        resp.flags = dns.flags.QR | dns.flags.AA
-        resp.answer.append(dns.rrset.from_text(r.fqdn() + ".", 120, "IN", "A", "192.168.1.99"))
-        sock.inbox.append((resp.to_wire(), PEER))
+        sock.inbox.append((claim(r.fqdn() + "."), PEER))
         t += 100
         r.poll(t)
-    assert r.counters["conflicts"] == 20 and r.counters["conflict_bursts"] >= 1
-    assert r.fqdn() == "meterplus-%s-21.local" % DEV
+    assert r.counters["conflicts"] == 20 and r.counters["conflict_bursts"] == 1
+    assert r.fqdn() == "meterplus-%s-16.local" % DEV and r.counters["conflicts_held"] == 5
+    assert len(lines) == 15 and "each further rename waits 5 s" in lines[-1][2]
     sock.sent.clear()
     t = run_until_running(r, sock, t + 100)           # 4 s: still waiting out the burst
     assert not sock.sent
     t = run_until_running(r, sock, t)
     assert len(sent_to(sock, GROUP)) == 5             # then three probes and two announcements
+
+
+def test_a_host_that_claims_every_name_from_port_5353_renames_us_once_per_5_s_and_logs_no_more():
+    """Issue 36 point 6: a peer on port 5353 answering for every name we take, ten times a second for 60 s: 15 quick
+    renames, then one per 5 s, each probe waiting 5 s; the log gets the first 15 lines and one about the burst.
+    After 10 s without a conflict, a conflict counts from the start again."""
+    log, lines = logged()
+    r, sock, _ = make(log=log)
+    t = run_until_running(r, sock)
+    renamed_at = []
+    for _ in range(600):
+        name = r.fqdn()
+        sock.inbox.append((claim(name + "."), PEER))
+        t += 100
+        r.poll(t)
+        if r.fqdn() != name:
+            renamed_at.append(t)
+    assert r.counters["conflicts"] == 600
+    slow = renamed_at[15:]
+    assert len(renamed_at) <= 15 + 60 // 5 and all(b - a >= 5000 for a, b in zip(slow, slow[1:]))
+    assert len(lines) == 15
+    t = run_until_running(r, sock, t + 10000)         # quiet for over 10 s: probed and announced
+    sock.inbox.append((claim(r.fqdn() + "."), PEER))
+    name = r.fqdn()
+    r.poll(t + 100)
+    assert r.fqdn() != name and len(lines) == 16 and lines[-1][2] == "mdns: name conflict, now %s" % r.fqdn()
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["probing", "running"])
+def test_a_forged_answer_from_an_ephemeral_port_is_no_conflict(running):
+    """Issue 36 point 6: RFC 6762 6: a response whose source port is not 5353 is ignored (a legacy unicast answer at
+    best; 159 renames in 30 s and 14 KB of log from forgeries before). No rename, no log line, no probe again; the
+    same answer from port 5353 is a conflict."""
+    log, lines = logged()
+    r, sock, _ = make(log=log)
+    t = run_until_running(r, sock) if running else 0
+    r.poll(t)
+    sent = len(sock.sent)
+    for i in range(50):
+        sock.inbox.append((claim(HOST), ("192.168.1.66", 40000 + i)))
+        r.poll(t + 10 + i)
+    assert r.fqdn() == HOST.rstrip(".") and "conflicts" not in r.counters and not lines
+    assert r.counters["responses_off_port"] == 50
+    if running:
+        assert len(sock.sent) == sent            # nothing sent because of them: no goodbye, no probes
+    sock.inbox.append((claim(HOST), ("192.168.1.66", MDNS_PORT)))
+    r.poll(t + 100)
+    assert r.fqdn() == "meterplus-%s-2.local" % DEV and r.counters["conflicts"] == 1
+    assert [e[2] for e in lines] == ["mdns: name conflict, now meterplus-%s-2.local" % DEV]
+
+
+def test_a_forged_probe_from_an_ephemeral_port_does_not_hold_our_probing_back():
+    """A probe (a query with our name in its authority section) comes from port 5353; one from another port with
+    lexicographically later data would make us defer a second each time (RFC 6762 8.2), so it is ignored."""
+    r, sock, _ = make()
+    r.poll(0)
+    q = dns.message.make_query(HOST, "ANY")
+    q.id = 0
+    q.flags = 0
+    q.authority.append(dns.rrset.from_text(HOST, 120, "IN", "A", "255.255.255.255"))
+    for i in range(10):
+        sock.inbox.append((q.to_wire(), ("192.168.1.66", 40000)))
+        r.poll(10 + 100 * i)
+    assert "probe_deferred" not in r.counters
+    run_until_running(r, sock, 1000)
+    assert r.fqdn() == HOST.rstrip(".") and r.counters["announcements"] == 2
+    r2, sock2, _ = make()                                 # the same probe from port 5353 while we probe: we defer
+    r2.poll(0)
+    sock2.inbox.append((q.to_wire(), PEER))
+    r2.poll(100)
+    assert r2.counters["probe_deferred"] == 1
 
 
 def test_off_port_5353_it_joins_nothing_and_answers_every_asker_directly():

@@ -6,6 +6,7 @@ import errno
 from adafruit_ticks import ticks_diff
 from micropython import const
 
+from core.elapsed import fresh
 from core.module import OK, WARN, Module
 from core.sockets import close_quietly
 from services.network.mdns_wire import (
@@ -61,7 +62,9 @@ class MdnsResponder(Module):
     poll_every_ms = 100          # RFC 6762 6: a unique answer within ~10 ms, shared 20-120 ms; 100 ms is our tick
     max_per_poll = 4             # datagrams handled per poll: a flood cannot starve the loop
     address_every_ms = 2000      # how often the station address is checked (an ipaddress object on the device)
-    conflict_burst = 15          # RFC 6762 8.1: more conflicts than this within 10 s, and probing waits 5 s
+    conflict_burst = 15          # RFC 6762 8.1: this many conflicts within burst_window_ms, and probing waits...
+    burst_window_ms = 10000
+    burst_wait_ms = 5000         # ... this long before each further attempt, until a window passes without one
 
     sockets = None     # core.sockbudget.SocketBudget (the wiring sets it): asked before the socket is opened
 
@@ -102,8 +105,11 @@ class MdnsResponder(Module):
         self._next_ms = 0
         self._addr_ms = None
         self._renames = 0
-        self._burst_ms = None
+        self._burst_ms = None        # ticks: the start of the conflict window being counted
         self._burst_n = 0
+        self._held = False           # 15 conflicts within 10 s: at most one rename per burst_wait_ms, not logged
+        self._conflict_ms = None     # ticks of the last conflict heard
+        self._renamed_ms = None      # ticks of the last rename
         self._group = (MDNS_GROUP, MDNS_PORT)
 
     # --- the record set ---
@@ -421,6 +427,11 @@ class MdnsResponder(Module):
         if flags & 0x7800:          # opcode other than QUERY: ignored (RFC 6762 18.3)
             return
         if flags & 0x8000:
+            # RFC 6762 6: every mDNS response comes from port 5353; one from any other port (a legacy unicast DNS
+            # answer, or a forgery from an ephemeral port) is silently ignored: it never claims one of our names
+            if addr[1] != MDNS_PORT:
+                self.count("responses_off_port")
+                return
             self._response(buf, n, now_ms)
         else:
             self._query(buf, n, addr, now_ms)
@@ -465,7 +476,7 @@ class MdnsResponder(Module):
         pos = self._known_answers(buf, n, pos, an, now_ms)
         if pos < 0:
             return
-        if ns and self._phase == _PROBING:
+        if ns and self._phase == _PROBING and not legacy:   # a probe comes from port 5353 (RFC 6762 8.2)
             self._tie_break(buf, n, pos, ns, now_ms)
         if self._wanted == 0:
             return
@@ -576,23 +587,45 @@ class MdnsResponder(Module):
         return False
 
     def _conflict(self, now_ms):
-        """RFC 6762 9: another host holds our name: take the next one (meterplus-<id>-2, -3, ...) and probe it."""
+        """RFC 6762 9: another host holds our name: take the next one (meterplus-<id>-2, -3, ...) and probe it.
+        RFC 6762 8.1: after conflict_burst conflicts within burst_window_ms each further probe waits burst_wait_ms;
+        here the rename waits with it (a conflict heard meanwhile is for the name that waits to be probed: the probe
+        finds out) and is not logged, until a whole window passes without a conflict. A host that answers from port
+        5353 for every name we take costs at most one rename and no log line per 5 s."""
         self.count("conflicts")
-        if self._burst_ms is None or not 0 <= ticks_diff(now_ms, self._burst_ms) < 10000:
-            self._burst_ms = now_ms
-            self._burst_n = 0
-        self._burst_n += 1
+        quiet = self._conflict_ms is None or not fresh(self._conflict_ms, now_ms, self.burst_window_ms)
+        self._conflict_ms = now_ms
+        if self._held and quiet:
+            self._held = False
+        entering = False
+        if self._held:
+            if self._renamed_ms is not None and fresh(self._renamed_ms, now_ms, self.burst_wait_ms):
+                self.count("conflicts_held")
+                return
+        else:
+            if self._burst_ms is None or not fresh(self._burst_ms, now_ms, self.burst_window_ms):
+                self._burst_ms = now_ms
+                self._burst_n = 0
+            self._burst_n += 1
+            if self._burst_n >= self.conflict_burst:
+                self._held = entering = True
+                self.count("conflict_bursts")
         old = self._records
         if self._phase >= _ANNOUNCING:
             self._goodbye(old)
         self._renames += 1
+        self._renamed_ms = now_ms
         self.build()
-        if self._log is not None:
-            self._log.warning("mdns: name conflict, now %s", self.fqdn())
         self._probe_from(now_ms)
-        if self._burst_n > self.conflict_burst:
-            self._next_ms = now_ms + 5000
-            self.count("conflict_bursts")
+        if self._held:
+            self._next_ms = now_ms + self.burst_wait_ms
+        if self._log is not None and (entering or not self._held):
+            if entering:
+                self._log.warning("mdns: %d name conflicts within %d s, now %s: each further rename waits %d s and is "
+                                  "not logged (see the conflicts counters)", self._burst_n,
+                                  self.burst_window_ms // 1000, self.fqdn(), self.burst_wait_ms // 1000)
+            else:
+                self._log.warning("mdns: name conflict, now %s", self.fqdn())
 
     # --- answering ---
 
