@@ -819,6 +819,40 @@ def test_an_old_discovery_config_too_big_to_keep_is_still_emptied_while_seeding(
     assert r.svc.counters["old_ids_removed"] == 2 and r.svc.counters["rx_skipped"] == 4
 
 
+@pytest.mark.parametrize("stored_tls, host, tls, sent", [
+    (False, "broker.lan", False, "stored"),
+    (False, "broker.lan", True, "stored"),        # the same host, encrypted now
+    (True, "broker.lan", True, "stored"),
+    (True, "broker.lan", False, "withheld"),      # stored for TLS: never in clear, not even to its host
+    (False, "other.lan", False, "withheld"),
+    (False, "BROKER.lan", False, "withheld"),     # exactly the stored name, as a settings change compares it
+    (False, "10.0.0.9", True, "withheld"),
+])
+def test_a_connection_test_sends_the_stored_password_only_to_the_broker_it_was_stored_for(stored_tls, host, tls,
+                                                                                        sent):
+    """Issue 36 point 2: a test without a password in the body sent the stored one to any broker named. Now only to
+    mqtt.host (exactly; any port: the same machine) and with TLS when it was stored with TLS; else the CONNECT has
+    none and the result says the stored one was withheld. A password in the body is always the one sent."""
+    r = Rig(user="u", password="stored", use_tls=stored_tls)
+    assert r.svc.start_test(host, 1884, tls, "u", None) is None
+    assert r.svc.test_result["password"] == sent
+    assert r.svc._cfg.password == ("stored" if sent == "stored" else "")
+    r.svc.start_test(host, 1884, tls, "u", "typed")
+    assert r.svc.test_result["password"] == "given" and r.svc._cfg.password == "typed"
+    if not tls:       # the wire, where the fakes carry it (plain TCP)
+        r.svc.start_test(host, 1884, False, "u", None)
+        r.step(polls=2)
+        wire = bytes(r.pool.sock.sent)
+        assert (b"stored" in wire) == (sent == "stored") and b"\x00\x01u" in wire
+        r.connack(5)
+        r.step()
+        assert r.svc.test_result["password"] == sent and r.svc.test_result["error"] == 1005
+        assert ("goes only to broker.lan" in r.svc.test_result["message"]) == (sent == "withheld")
+    nothing = Rig(user="u")                          # nothing stored: none, and nothing to withhold
+    nothing.svc.start_test(host, 1884, tls, "u", None)
+    assert nothing.svc.test_result["password"] == "none"
+
+
 def test_status_says_when_the_next_attempt_is_across_the_ticks_wrap():
     """Issue 28 point 1: the page says when the device tries again (status retry_in_s, /system/info retry_s), counted
     wrap-safe: refused credentials wait 150 s (jitter 0) with the tick counter wrapping on the way."""
@@ -851,18 +885,18 @@ def test_a_connection_test_stores_nothing_says_how_it_went_and_gives_the_connect
     r.connack(5)                                      # not authorised
     r.step()
     assert r.svc.test_result == {"state": "failed", "error": 1005, "host": "other.lan", "port": 1884,
-                                 "message": r.svc.test_result["message"]}
+                                 "message": r.svc.test_result["message"], "password": "given"}
     assert test_sock.closed
     r.connect()                                       # the stored settings connect again, at once
     assert r.svc.conn_state == m.CONNECTED and b"\x00\x06stored" in bytes(r.pool.sock.sent)
     assert r.settings.get("mqtt.host") == "broker.lan" and r.settings.writes == writes
     # A test that connects: "ok", and it leaves with DISCONNECT (0xe0), so the broker publishes no will.
-    assert r.svc.start_test("other.lan", 1884, False, "v", None) is None   # None: the stored password
+    assert r.svc.start_test("broker.lan", 1884, False, "v", None) is None   # None: the stored password (its host)
     r.step(polls=2)
     test_sock = r.pool.sock
     assert b"\x00\x06stored" in bytes(test_sock.sent)
     r.connack(0)
     r.step()
-    assert r.svc.test_result == {"state": "ok", "host": "other.lan", "port": 1884}
+    assert r.svc.test_result == {"state": "ok", "host": "broker.lan", "port": 1884, "password": "stored"}
     assert test_sock.closed and bytes(test_sock.sent).endswith(b"\xe0\x00")
     assert r.svc.start_test("", 1883, False, "", None) is not None          # no host: refused, nothing started

@@ -66,7 +66,7 @@ def routes(app):
         for key, default in (("host", None), ("port", 1883), ("use_tls", False), ("user", ""), ("password", None)):
             value = doc.get(key, default)
             if value is None and key == "password":
-                values[key] = None      # the stored password
+                values[key] = None      # the stored password, if this is the broker it was stored for (start_test)
                 continue
             norm, err = check("mqtt." + key, value, lambda z: True)
             if err is None and key == "host" and not norm:

@@ -192,20 +192,34 @@ class MqttService(Module):
 
     _testing = False
     _test_done = None    # the outcome, handed over at the end of the poll that found it
+    _test_password = "none"
     test_result = None   # None (never), {"state": "testing"}, {"state": "ok"} or {"state": "failed", ...}
 
     def start_test(self, host, port, use_tls, user, password):
         """Try a broker without storing anything (the settings page's "Verbindung testen"): the one MQTT connection
         is handed to the test (the same socket, the same non-blocking steps), then given back to the stored
-        settings. password None: the stored one. Returns the problem (str) or None when the test started."""
+        settings. password None: the stored one, but only to the broker it was stored for (mqtt.host exactly, and
+        with TLS when it was stored with TLS; any port: the same machine), else none: a stored secret never goes to
+        another host or in clear where it went encrypted (the result's "password" says which: given, stored, none,
+        or withheld when a stored one was not sent). Returns the problem (str) or None when the test started."""
         cfg = _Config(self._settings, self.device_id)
+        stored = cfg.password
+        mode = "given"
+        if password is None:
+            password = ""
+            mode = "none"
+            if stored:
+                if host == cfg.host and (use_tls or not cfg.use_tls):
+                    password = stored
+                    mode = "stored"
+                else:
+                    mode = "withheld"
         cfg.enable = True
         cfg.host = host
         cfg.port = port
         cfg.use_tls = use_tls
         cfg.user = user
-        if password is not None:
-            cfg.password = password
+        cfg.password = password
         why = cfg.problem()
         if why is not None:
             return why
@@ -220,7 +234,8 @@ class MqttService(Module):
         self._ssl_pem = None
         self._addr_cache = None
         self._testing = True
-        self.test_result = {"state": "testing", "host": host, "port": port}
+        self._test_password = mode
+        self.test_result = {"state": "testing", "host": host, "port": port, "password": mode}
         self.conn_state = INIT
         self.count("tests")
         return None
@@ -563,7 +578,7 @@ class MqttService(Module):
         cfg = self._cfg
         if self._testing:
             self.conn_state = CONNECTED   # so the goodbye is a DISCONNECT; ended after this poll's read
-            self._test_done = {"state": "ok", "host": cfg.host, "port": cfg.port}
+            self._test_done = {"state": "ok", "host": cfg.host, "port": cfg.port, "password": self._test_password}
             return
         self.conn_state = CONNECTED
         self.state = OK
@@ -661,8 +676,12 @@ class MqttService(Module):
             if self._mq is not None:
                 self._mq.close()
             self.conn_state = INIT
+            if self._test_password == "withheld":
+                msg = "%s (sent without a password: the stored one goes only to %s%s; give it to test this broker " \
+                      "with it)" % (msg, self._settings.get("mqtt.host", ""),
+                                    " with TLS" if self._settings.get("mqtt.use_tls", False) is True else "")
             self._test_done = {"state": "failed", "error": code, "message": msg, "host": self._cfg.host,
-                               "port": self._cfg.port}
+                               "port": self._cfg.port, "password": self._test_password}
             return
         if self._mq is not None:
             self._mq.close()

@@ -501,7 +501,8 @@ function MqttNow() {
 }
 
 // Try the section's broker values before they are stored (POST /mqtt/test): the device connects with them, says
-// how it went and goes back to the stored settings; nothing is saved. Empty password: the stored one.
+// how it went and goes back to the stored settings; nothing is saved. Empty password: the stored one, which the
+// device sends only to the stored host (and with TLS if it was stored so): another broker is tried without one.
 function MqttTest({ vals, reasons, mark }) {
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
