@@ -362,7 +362,12 @@ def test_two_sessions_a_newcomer_replaces_only_one_silent_for_a_minute_across_th
     Home Assistant disconnected."""
     clock = SteppedClock(start=(1 << 29) - 1000)
     s = FakeSettings({"emulation.shelly": True})
-    ws = ShellyWs(FakeBus(Reading(0, THREE_PHASE)), s, IDENT, ticks=clock)
+    bus = FakeBus(Reading(clock(), THREE_PHASE))
+    ws = ShellyWs(bus, s, IDENT, ticks=clock)
+
+    def fresh_reading():                                       # the meter sends on: the sessions stay live
+        bus.publish("reading", Reading(clock(), THREE_PHASE))
+
     ws.poll(clock())
     ha, battery = FakeTcp(), FakeTcp()
     ws.adopt(ha, ("10.0.0.3", 1))
@@ -370,6 +375,7 @@ def test_two_sessions_a_newcomer_replaces_only_one_silent_for_a_minute_across_th
     assert ws.sessions() == 2 and not ha.closed and not battery.closed
     for _ in range(10):                                        # a stranger's handshake every few seconds
         clock.advance(5000)
+        fresh_reading()
         ha.script.append(_client_frame(9, b"hb"))              # Home Assistant pings now and then
         battery.script.append(_client_frame(9, b"hb"))
         ws.poll(clock())
@@ -381,16 +387,19 @@ def test_two_sessions_a_newcomer_replaces_only_one_silent_for_a_minute_across_th
     ha.script.append(_client_frame(9, b"hb"))
     ws.poll(clock())
     clock.advance(ShellyWs.replace_after_ms)                  # the battery silent for exactly a minute: not yet
+    fresh_reading()
     ha.script.append(_client_frame(9, b"hb"))
     ws.poll(clock())
     assert not ws.room()
     clock.advance(1)                                          # over a minute (and across the wrap by now)
+    fresh_reading()
     ws.poll(clock())
     assert ws.room()
     newcomer = FakeTcp()
     ws.adopt(newcomer, ("10.0.0.5", 3))
     assert battery.closed and not ha.closed and not newcomer.closed and ws.sessions() == 2
     clock.advance(ShellyWs.idle_ms)                           # silence still ends every session
+    fresh_reading()
     ws.poll(clock())
     assert ha.closed and newcomer.closed and ws.sessions() == 0
     s["emulation.shelly"] = False

@@ -149,17 +149,68 @@ def test_bad_json_rpc_is_an_error_frame_and_changes_nothing(device):
     assert device.get("/api/v1/settings")[1] == before
 
 
+async def _answer(ws, req_id):
+    """The answer to request req_id, past the NotifyStatus frames pushed meanwhile (a new reading each second)."""
+    while True:
+        doc = json.loads((await ws.receive(timeout=10)).data)
+        if doc.get("id") == req_id:
+            return doc
+        assert doc.get("method") == "NotifyStatus", doc
+
+
+def test_aioshelly_in_websocket_mode_gets_notifications_equal_to_getstatus(device):
+    """Issue 39: aioshelly's RpcDevice (Home Assistant's client) holds the WebSocket and learns new values only from
+    NotifyStatus. For 12 s: a notification for (nearly) every reading, and after each one the client asks
+    Shelly.GetStatus on the same WebSocket: em:0 and emdata:0 equal the client's status merged from the
+    notifications (or, when the next reading came in between, the next notification's), and the values move."""
+
+    def dump(doc):
+        return json.dumps(doc, sort_keys=True)
+
+    async def session():
+        async with aiohttp.ClientSession() as s:
+            dev = await RpcDevice.create(s, None, ConnectionOptions("127.0.0.1", port=device.port))
+            notes, asks = [], []
+
+            async def ask(i):
+                status = await dev.call_rpc("Shelly.GetStatus")
+                asks.append((i, dump(status["em:0"]), dump(status["emdata:0"])))
+
+            def on_update(d, kind):
+                if kind.name == "STATUS":
+                    notes.append((dump(d.status["em:0"]), dump(d.status["emdata:0"])))
+                    tasks.append(asyncio.ensure_future(ask(len(notes) - 1)))
+
+            tasks = []
+            dev.subscribe_updates(on_update)
+            await dev.initialize()
+            try:
+                await asyncio.sleep(12)
+                await asyncio.gather(*tasks)
+                return notes, asks, dump(dev.status["em:0"])
+            finally:
+                await dev.shutdown()
+
+    notes, asks, last = asyncio.run(session())
+    assert len(notes) >= 8, "%d notifications in 12 s from a meter that sends every second" % len(notes)
+    for i, em, data in asks:
+        after = notes[i + 1:i + 2]
+        assert (em, data) == notes[i] or [(em, data)] == after, (i, em, data, notes[i], after)
+    assert len({em for em, _ in notes}) > 1                      # it follows: not one frozen value
+    assert last == notes[-1][0]
+
+
 def test_the_websocket_holds_no_http_slot(device):
     async def hold():
         async with aiohttp.ClientSession() as s:
             ws = await s.ws_connect(device.url + "/rpc")
             await ws.send_str(json.dumps({"id": 1, "src": "t", "method": "Shelly.GetDeviceInfo"}))
-            first = json.loads((await ws.receive()).data)
+            first = await _answer(ws, 1)
             # With the WebSocket open, two requests at once still find both slots free.
             answers = await asyncio.gather(*[s.get(device.url + "/api/v1/system/alive") for _ in range(2)])
             codes = [a.status for a in answers]
             await ws.send_str(json.dumps({"id": 2, "src": "t", "method": "EM.GetStatus", "params": {"id": 0}}))
-            second = json.loads((await ws.receive()).data)
+            second = await _answer(ws, 2)
             # (device.get waits out a 429: the tests before spent the API's budget; the emulation's is its own)
             status, info, _ = await asyncio.to_thread(device.get, "/api/v1/system/info")
             assert status == 200, info
@@ -225,6 +276,40 @@ def test_a_stale_meter_is_refused_not_repeated(device):
         assert status == 200 and body["em:0"]["total_act_power"] is None
     finally:
         device.control("meter", None)
+    device.wait_for(lambda: device.get("/rpc/EM.GetStatus?id=0")[0] == 200, timeout=30)
+
+
+def test_a_stale_meter_ends_the_websocket_and_refuses_a_new_one_until_readings_return(device):
+    """Issue 39: a stopped meter must not stay live in Home Assistant: the open session gets em:0 with null values,
+    then a close (1013, try again later), and the handshake answers 503 until a fresh reading is in."""
+
+    async def run():
+        async with aiohttp.ClientSession() as s:
+            ws = await s.ws_connect(device.url + "/rpc")
+            await ws.send_str(json.dumps({"id": 1, "src": "ha", "method": "Shelly.GetStatus"}))
+            assert (await _answer(ws, 1))["result"]["em:0"]["total_act_power"] is not None
+            device.control("meter", "off")
+            last = None
+            while True:
+                msg = await ws.receive(timeout=30)
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                last = json.loads(msg.data)
+            refused = None
+            try:
+                await s.ws_connect(device.url + "/rpc")
+            except aiohttp.WSServerHandshakeError as err:
+                refused = err.status
+            return last, msg.type, ws.close_code, refused
+
+    try:
+        last, kind, code, refused = asyncio.run(run())
+    finally:
+        device.control("meter", None)
+    assert last["method"] == "NotifyStatus" and last["params"]["em:0"]["total_act_power"] is None
+    assert last["params"]["em:0"]["errors"] == ["no_meter_data"]
+    assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED) and code == 1013
+    assert refused == 503
     device.wait_for(lambda: device.get("/rpc/EM.GetStatus?id=0")[0] == 200, timeout=30)
 
 

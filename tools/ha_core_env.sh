@@ -10,7 +10,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${HA_CORE_CACHE:-$HOME/.cache/meterplus/ha-core-$HA_VERSION}"
 venv="$cache/venv"
 stamp="$cache/ready"
-extra=(mqtt recorder history api http websocket_api)
+extra=(mqtt recorder history api http websocket_api shelly)   # shelly: issue 39's peer (aioshelly)
 
 if [ -f "$stamp" ] && [ -x "$venv/bin/hass" ] && [ "$(cat "$stamp")" = "$HA_VERSION ${extra[*]}" ]; then
   echo "$venv"
@@ -27,6 +27,17 @@ if [ ! -x "$py" ] || [ "$("$py" -c 'import platform; print(platform.python_versi
   exit 1
 fi
 
+if [ -x "$venv/bin/hass" ] && [ -f "$cache/package_constraints.txt" ] && [ -f "$cache/core-installed" ] \
+   && [ "$("$venv/bin/hass" --version)" = "$HA_VERSION" ]; then
+  # Core is there and only the integration list changed: install what the new list needs, not Core again
+  echo "ha_core_env: adding integration requirements to Home Assistant Core $HA_VERSION in $cache" >&2
+  "$venv/bin/python" "$here/ha_core_reqs.py" "${extra[@]}" > "$cache/integration_requirements.txt"
+  "$venv/bin/python" -m pip install -q -c "$cache/package_constraints.txt" -r "$cache/integration_requirements.txt" >&2
+  echo "$HA_VERSION ${extra[*]}" > "$stamp"
+  echo "$venv"
+  exit 0
+fi
+
 echo "ha_core_env: building Home Assistant Core $HA_VERSION on Python $PY_VERSION in $cache" >&2
 rm -rf "$cache"
 mkdir -p "$cache/dl"
@@ -39,6 +50,7 @@ with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
     out.write(z.read("homeassistant/package_constraints.txt"))
 PY
 "$venv/bin/python" -m pip install -q -c "$cache/package_constraints.txt" "$wheel" >&2
+touch "$cache/core-installed"
 "$venv/bin/python" "$here/ha_core_reqs.py" "${extra[@]}" > "$cache/integration_requirements.txt"
 "$venv/bin/python" -m pip install -q -c "$cache/package_constraints.txt" -r "$cache/integration_requirements.txt" >&2
 test "$("$venv/bin/hass" --version)" = "$HA_VERSION"

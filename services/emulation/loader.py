@@ -112,7 +112,8 @@ class EmulationLoader(Module):
         udp = ShellyUdp(app.pool, app.bus, app.settings, ident, energy_floor=app.energy_floor,
                         uptime=lambda: uptime() // 1000, host=self._bind,
                         own=own_addresses(app.radio) if app.radio is not None else None)
-        ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000)
+        ws = ShellyWs(app.bus, app.settings, ident, energy_floor=app.energy_floor, uptime=lambda: uptime() // 1000,
+                      unix_ms=lambda ticks: app.clock.time_ms(ticks) if app.clock is not None else None)
         udp.budget = ws.budget = app.sockets
         udp.start()
         ws.start()

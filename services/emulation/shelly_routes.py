@@ -118,6 +118,12 @@ def routes(app):
         key = headers.get("Sec-WebSocket-Key")
         if (headers.get("Upgrade") or "").lower() != "websocket" or not key or len(key) > 64:
             return error_response(request, 400, "WebSocket upgrade expected (JSON-RPC: POST /rpc)")
+        live = current()
+        if live is None or live.power is None:
+            # Nothing live to push (the session would end at once, shelly_ws._stale): Home Assistant's Shelly
+            # entities go unavailable rather than show old values, and it tries again on its own (every 60 s).
+            return error_response(request, 503, "No fresh meter reading", key="stale",
+                                  headers={"Retry-After": "10"})
         if not app.shelly_ws.room():
             return error_response(request, 503, "Both WebSocket sessions are in use", key="busy",
                                   headers={"Retry-After": "60"})

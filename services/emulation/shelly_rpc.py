@@ -131,6 +131,32 @@ def _null_em():
             '"c_act_power":null,"total_current":null,"total_act_power":null}')
 
 
+def null_emdata():
+    """EMData's status while the meter is stale or silent: the error, no totals (a client keeps the last ones)."""
+    return '{"id":0,"errors":["no_meter_data"]}'
+
+
+def notify_head(src, dst):
+    """The start of every NotifyStatus a session gets: the device's id and the client's src (its requests' src)."""
+    return '{"src":"%s","dst":%s,"method":"NotifyStatus","params":{"ts":' % (src, json.dumps(dst))
+
+
+def unix_ts(unix_ms):
+    """A notification's ts as a Pro 3EM writes it: Unix seconds with two decimals (exact: from integer ms)."""
+    return "%d.%02d" % (unix_ms // 1000, unix_ms % 1000 // 10)
+
+
+def notify_tail(ts, view, with_data):
+    """The rest of a NotifyStatus after notify_head: ts, em:0 (and emdata:0 when with_data) exactly as
+    Shelly.GetStatus gives them for the same reading; view None = the null forms of a stale meter."""
+    if view is None:
+        return '%s,"em:0":%s,"emdata:0":%s}}' % (ts, _null_em(), null_emdata())
+    em = once_per_reading(em_status, view)
+    if not with_data:
+        return '%s,"em:0":%s}}' % (ts, em)
+    return '%s,"em:0":%s,"emdata:0":%s}}' % (ts, em, once_per_reading(emdata_status, view))
+
+
 def _id_param(params):
     """The component id a method names (only 0 exists); RpcError otherwise."""
     cid = 0 if params is None else params.get("id", 0)
@@ -174,7 +200,7 @@ def result(method, params, view, ident, uptime_s=0):
     if method == "Shelly.GetStatus":
         live = view is not None and view.power is not None
         em = once_per_reading(em_status, view) if live else _null_em()
-        data = once_per_reading(emdata_status, view) if live else '{"id":0,"errors":["no_meter_data"]}'
+        data = once_per_reading(emdata_status, view) if live else null_emdata()
         return ('{"ble":{},"cloud":{"connected":false},"em:0":%s,"emdata:0":%s,"eth":{"ip":null},'
                 '"modbus":{},"mqtt":{"connected":false},"sys":%s,"wifi":{"sta_ip":null,"status":"got ip"},'
                 '"ws":{"connected":false}}' % (em, data, _sys_status(ident, uptime_s)))

@@ -1,5 +1,8 @@
 """The emulated Shelly's WebSocket RPC (ws://device/rpc), as Home Assistant's Shelly integration (aioshelly) holds
-it open: adopted from the HTTP server after the 101 answer, so it never keeps one of the two HTTP slots."""
+it open: adopted from the HTTP server after the 101 answer, so it never keeps one of the two HTTP slots.
+
+Like a real Pro 3EM it pushes: a session that sent a request with a src gets a NotifyStatus for every new reading
+(em:0, and emdata:0 when the totals moved), because aioshelly does not poll while connected (issue 39)."""
 
 import json
 
@@ -9,7 +12,7 @@ from core.elapsed import fresh
 from core.module import Module
 from core.sockets import EAGAIN, close_quietly, errno_of
 from services.emulation import shelly_rpc, ws_frames
-from services.emulation.meter_view import view
+from services.emulation.meter_view import STALE_MS, view
 
 
 class _Session:
@@ -23,6 +26,11 @@ class _Session:
         self.out = b""
         self.heard = now
         self.frag = None      # the parts of a fragmented message so far (FIN=0 frames), or None
+        self.dst = None       # the client's src once a request named one: from then on it gets notifications
+        self.head = None      # notify_head(...) for that dst, encoded once
+        self.seen = None      # the reading it last got (in a notification or current when it subscribed)
+        self.totals = None    # the (import, export) it last got
+        self.lag = 0          # notifications in a row it could not take (its output full)
 
 
 class ShellyWs(Module):
@@ -39,8 +47,10 @@ class ShellyWs(Module):
     budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a session is adopted
     max_out = 8192            # a client that reads nothing while asking on is dropped, not buffered for
     out_mark = 2048           # while this much waits for the client, no further request is taken
+    notify_gap_ms = 900       # at most one NotifyStatus a this (a 1-s meter: every reading; a 4/s one: ~1 a second)
+    lag_limit = 10            # a subscribed session that took none of this many notifications in a row is dropped
 
-    def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None):
+    def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None, unix_ms=None):
         Module.__init__(self)
         self._bus = bus
         self._settings = settings
@@ -50,6 +60,9 @@ class ShellyWs(Module):
         self._ticks = ticks
         self._sessions = []
         self._now = 0
+        self._unix_ms = unix_ms     # callable(ticks) -> UTC Unix ms of that moment, or None before a clock sync
+        self._pushed = None         # the reading last pushed (the object: no tick wrap can make an old one look new)
+        self._push_at = None
 
     def sessions(self):
         """How many sessions are open."""
@@ -116,6 +129,85 @@ class ShellyWs(Module):
         for s in list(self._sessions):
             if not self._step(s, now_ms):
                 self._drop(s, None)
+        if self._sessions:
+            self._notify(now_ms)
+
+    # ---------------------------------------------------------------- notifications (NotifyStatus)
+
+    def _notify(self, now_ms):
+        """Push a new reading to every subscribed session; a stale meter ends every session (see _stale)."""
+        reading = self._bus.latest("reading")
+        if reading is None or not fresh(reading.ts_ms, now_ms, STALE_MS):
+            self._stale(now_ms)
+            return
+        # Checked before anything is built: every poll with a session open comes here, a new reading once a second.
+        if reading is self._pushed or (self._push_at is not None and fresh(self._push_at, now_ms,
+                                                                             self.notify_gap_ms)):
+            return
+        v = view(reading, now_ms, self._floor)
+        if v is None or v.power is None:
+            self._stale(now_ms)         # a reading without power: GetStatus shows nulls, nothing live to push
+            return
+        self._pushed = reading
+        totals = (v.import_wh, v.export_wh)
+        ts = None
+        tails = [None, None]        # without and with emdata:0, each built once for every session
+        for s in list(self._sessions):
+            if s.head is None or s.seen is reading:
+                continue
+            if len(s.out) >= self.out_mark:
+                s.lag += 1              # it reads nothing: skipped (the next push overlays the whole em:0)
+                if s.lag >= self.lag_limit:
+                    self._drop(s, "slow_reader")
+                continue
+            with_data = 1 if s.totals != totals else 0
+            if tails[with_data] is None:
+                if ts is None:
+                    ts = self._ts(reading.ts_ms)
+                tails[with_data] = shelly_rpc.notify_tail(ts, v, with_data).encode()
+            s.out += ws_frames.frame(ws_frames.TEXT, s.head + tails[with_data])
+            s.seen, s.totals, s.lag = reading, totals, 0
+            self.count("notified")
+            self._push_at = now_ms          # the gap runs from a push that went out
+            if not self._flush(s):
+                self._drop(s, None)
+
+    def _stale(self, now_ms):
+        """The meter is stale or silent: subscribed sessions get em:0 with null values and the error (what
+        Shelly.GetStatus shows now), then every session is closed (1013, try again later), and the handshake
+        refuses newcomers until a fresh reading (shelly_routes). Home Assistant then marks the Shelly's entities
+        unavailable instead of keeping the last values as current (issue 39)."""
+        tail = None
+        for s in list(self._sessions):
+            if s.head is not None and len(s.out) < self.out_mark:
+                if tail is None:
+                    tail = shelly_rpc.notify_tail(self._ts(now_ms), None, True).encode()
+                s.out += ws_frames.frame(ws_frames.TEXT, s.head + tail)
+            s.out += ws_frames.frame(ws_frames.CLOSE, b"\x03\xf5no meter data")
+            self._flush(s)
+            self._drop(s, "stale_closed")
+        self._pushed = None
+
+    def _ts(self, ticks):
+        """A notification's ts: the moment's UTC time once the clock is synced, else seconds since the start (as a
+        Shelly without time counts)."""
+        unix_ms = self._unix_ms(ticks) if self._unix_ms is not None else None
+        if unix_ms is None:
+            unix_ms = (self._uptime() if self._uptime is not None else 0) * 1000
+        return shelly_rpc.unix_ts(unix_ms)
+
+    def _subscribe(self, s, src, now_ms):
+        """The session's requests name src: notifications go to it from the next reading on (the current one it
+        has, or will have, from its own GetStatus)."""
+        if src == s.dst:
+            return
+        first = s.dst is None
+        s.dst, s.head = src, shelly_rpc.notify_head(self._ident.id, src).encode()
+        if first:
+            reading = self._bus.latest("reading")
+            v = view(reading, now_ms, self._floor)
+            s.seen = reading
+            s.totals = (v.import_wh, v.export_wh) if v is not None else None
 
     def _step(self, s, now_ms):
         """Flush, answer what is buffered, read, answer; False once the session is over.
@@ -171,7 +263,7 @@ class ShellyWs(Module):
                     self.count("protocol_errors")
                     return False
                 if payload is not None:
-                    s.out += ws_frames.frame(ws_frames.TEXT, self._answer(payload, now_ms))
+                    s.out += ws_frames.frame(ws_frames.TEXT, self._answer(s, payload, now_ms))
             elif opcode != ws_frames.PONG:
                 self.count("protocol_errors")         # an opcode RFC 6455 reserves
                 return False
@@ -202,8 +294,8 @@ class ShellyWs(Module):
         s.frag = bytearray(payload)
         return None
 
-    def _answer(self, payload, now_ms):
-        """The JSON-RPC answer frame to one request."""
+    def _answer(self, s, payload, now_ms):
+        """The JSON-RPC answer frame to one request of session s (a src in it subscribes s)."""
         req_id, src = None, None
         try:
             try:
@@ -212,6 +304,8 @@ class ShellyWs(Module):
                 raise shelly_rpc.RpcError(shelly_rpc.BAD_ARGUMENT, "Malformed JSON")
             try:
                 req_id, src, method, params = shelly_rpc.request_fields(doc)
+                if src:
+                    self._subscribe(s, src, now_ms)
                 body = shelly_rpc.result(method, params, view(self._bus.latest("reading"), now_ms, self._floor),
                                          self._ident, self._uptime() if self._uptime is not None else 0)
             except shelly_rpc.RpcError:
