@@ -256,3 +256,104 @@ def test_a_drive_with_another_projects_folders_is_refused_unless_asked(tmp_path,
     r = run_install(drive, "--zip", zips[0], "--replace-folders")
     assert r.returncode == 0, r.stderr
     assert not os.path.exists(os.path.join(drive, "core", "robot.py"))
+
+
+def snapshot(folder):
+    """{relative path: ("link", target) | ("file", bytes) | ("other",)} without following any link or opening a
+    FIFO: what tree() would read through."""
+    out = {}
+    for root, dirs, names in os.walk(folder):
+        for n in dirs + names:
+            full = os.path.join(root, n)
+            rel = os.path.relpath(full, folder)
+            if os.path.islink(full):
+                out[rel] = ("link", os.readlink(full))
+            elif os.path.isfile(full) and not os.path.isdir(full):
+                with open(full, "rb") as f:
+                    out[rel] = ("file", f.read())
+            elif not os.path.isdir(full):
+                out[rel] = ("other",)
+    return out
+
+
+def _installed_drive(tmp_path, zips):
+    """A drive with the release on it, and a folder outside it holding the owner's precious files."""
+    drive = new_drive(tmp_path / "CIRCUITPY")
+    assert run_install(drive, "--zip", zips[0]).returncode == 0
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "precious.py").write_text("the owner's own work, not on the drive\n")
+    (outside / "victim.txt").write_text("a file outside the drive\n")
+    return drive, outside
+
+
+@pytest.mark.parametrize("where", ["folder", "file", "boot_out"])
+def test_a_symbolic_link_on_the_drive_is_refused_and_nothing_outside_it_is_touched(tmp_path, zips, where):
+    """Issue 36 point 7: the install followed links on the target: services/ -> a folder outside the drive lost a
+    file ("your files were not touched"), code.py -> a file outside was overwritten. A CIRCUITPY drive (FAT) holds
+    no links: one anywhere is refused before anything is read through it or written."""
+    drive, outside = _installed_drive(tmp_path, zips)
+    if where == "folder":
+        import shutil
+
+        shutil.rmtree(os.path.join(drive, "services"))
+        os.symlink(str(outside), os.path.join(drive, "services"))
+    elif where == "file":
+        os.remove(os.path.join(drive, "code.py"))
+        os.symlink(str(outside / "victim.txt"), os.path.join(drive, "code.py"))
+    else:
+        (outside / "boot_out.txt").write_text(BOOT_OUT)
+        os.remove(os.path.join(drive, "boot_out.txt"))
+        os.symlink(str(outside / "boot_out.txt"), os.path.join(drive, "boot_out.txt"))
+    before, away = snapshot(drive), snapshot(str(outside))
+    for args in (("--dry-run",), ()):
+        r = run_install(drive, "--zip", zips[1], *args)
+        assert r.returncode == 1 and "symbolic link" in r.stderr and "nothing was written" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert snapshot(drive) == before and snapshot(str(outside)) == away
+
+
+def test_a_special_file_on_the_drive_is_refused_not_read(tmp_path, zips):
+    """A FIFO where code.py should be: reading it would wait for ever. FAT has none: refused at once."""
+    drive, _outside = _installed_drive(tmp_path, zips)
+    os.remove(os.path.join(drive, "code.py"))
+    os.mkfifo(os.path.join(drive, "code.py"))
+    r = subprocess.run([sys.executable, "-m", "tools.install", drive, "--zip", zips[1]], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "code.py (not a file)" in r.stderr, r.stderr
+
+
+def test_a_link_made_after_the_check_is_not_followed_either(tmp_path, zips, monkeypatch):
+    """A link that appears between the check and the writing (the drive is the computer's, anything may write to
+    it): every path is checked again just before it is removed or written, and the install stops there."""
+    import shutil
+
+    drive, outside = _installed_drive(tmp_path, zips)
+    with open(os.path.join(drive, "services", "precious.py"), "w") as f:
+        f.write("stale module the install would remove\n")
+    real_plan = ins.plan
+
+    def plan_then_link(*a, **kw):
+        p = real_plan(*a, **kw)
+        assert "services/precious.py" in p.removes
+        shutil.rmtree(os.path.join(drive, "services"))
+        os.symlink(str(outside), os.path.join(drive, "services"))
+        return p
+
+    monkeypatch.setattr(ins, "plan", plan_then_link)
+    away = snapshot(str(outside))
+    with pytest.raises(ins.InstallError) as e:
+        ins.install(drive, zips[1], out=lambda line: None)
+    assert "is a symbolic link now" in str(e.value) and "followed nothing" in str(e.value)
+    assert snapshot(str(outside)) == away
+
+
+def test_the_board_is_named_as_boot_out_txt_claims_it_and_the_output_says_it_is_unchecked(tmp_path, zips):
+    """boot_out.txt can say anything (a copy from another board): nothing else on a CIRCUITPY drive says which chip
+    it belongs to, so the install says whose word the board is instead of pretending to have checked it."""
+    liar = BOOT_OUT.replace("ESP32-S3-DevKitC-1-N8R8", "Raspberry Pi Pico")   # an RP2040 drive, edited
+    drive = new_drive(tmp_path / "CIRCUITPY", liar)
+    r = run_install(drive, "--zip", zips[0], "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert ("CircuitPython 10.0.3 on Raspberry Pi Pico is what boot_out.txt says: a file on the drive, which this "
+            "tool cannot check against the board itself") in r.stdout

@@ -1,13 +1,14 @@
 """python -m tools.install DRIVE [--zip meterplus-x.y.z-circuitpy.zip] [--dry-run]: put a release onto CIRCUITPY.
 
-Checks that DRIVE is a CIRCUITPY drive (boot_out.txt: CircuitPython 10.x on an ESP32-S3), then copies the release's
-drive image (tools/release.py) onto it and keeps what is the owner's: settings.json, tokens.json, settings.toml
+Checks that DRIVE is a CIRCUITPY drive (boot_out.txt: CircuitPython 10.x on an ESP32-S3; no symbolic links or
+special files, which FAT cannot hold), then copies the release's drive image (tools/release.py) onto it and keeps what is the owner's: settings.json, tokens.json, settings.toml
 (WiFi and pins), history/, logs/, the MQTT CA, cloud pairing, anything else that is not the release's own, and any
 key the owner added to ota_keys.txt. The release's own files are code.py, boot.py, the application folders (core/,
 drivers/, meter/, services/, web/: replaced whole, so a file of an older version or an update never shadows a new
 one) and lib/<each library the release ships>. A drive without room for the release is refused before anything is
-written; --dry-run lists what would change and writes nothing. Standard library only: it runs from a copy of this
-file with any Python 3.8+."""
+written; --dry-run lists what would change and writes nothing. Nothing is ever read, removed or written through a
+symbolic link. The board is what boot_out.txt says: a file on the drive, not a check of the board itself (the
+output says so). Standard library only: it runs from a copy of this file with any Python 3.8+."""
 
 import argparse
 import json
@@ -41,11 +42,16 @@ class InstallError(Exception):
 
 def check_drive(drive):
     """(CircuitPython version, board) of a CIRCUITPY drive running CircuitPython 10 on an ESP32-S3; InstallError in
-    plain words about what was found otherwise."""
+    plain words about what was found otherwise. The board and version are boot_out.txt's word: CircuitPython writes
+    that file at every start, but anything that can write to the drive can write it too, and nothing else on the
+    drive says which chip it belongs to (install() says so in its output)."""
     if not os.path.isdir(drive):
         raise InstallError("%s is not a folder: give the path where the CIRCUITPY drive is mounted (e.g. "
                            "/media/$USER/CIRCUITPY, /Volumes/CIRCUITPY or E:\\)" % drive)
     boot_out = os.path.join(drive, "boot_out.txt")
+    if os.path.lexists(boot_out) and (os.path.islink(boot_out) or not os.path.isfile(boot_out)):
+        raise InstallError("%s/boot_out.txt is a symbolic link or not a file: not a CIRCUITPY drive (its FAT file "
+                           "system holds plain files only); nothing was written" % drive)
     try:
         with open(boot_out, encoding="utf-8", errors="replace") as f:
             first = f.readline().strip()
@@ -64,7 +70,40 @@ def check_drive(drive):
                            "(circuitpython.org, your board's page) and run this again" % (drive, version, board))
     if chip.upper().replace("-", "") != "ESP32S3":
         raise InstallError("%s is a %s with %s: Meter Plus runs on ESP32-S3 boards only" % (drive, board, chip))
+    odd = special_entries(drive)
+    if odd:
+        raise InstallError("%s holds %s, which a CIRCUITPY drive cannot (its FAT file system has no symbolic links "
+                           "and no special files): not a CIRCUITPY drive, or something put them there; nothing was "
+                           "written and no link was followed. Remove them and run this again"
+                           % (drive, ", ".join(odd[:5]) + (", ..." if len(odd) > 5 else "")))
     return version, board
+
+
+def _is_link(entry):
+    return entry.is_symlink() or bool(getattr(entry, "is_junction", lambda: False)())
+
+
+def special_entries(drive):
+    """Relative paths under drive of what FAT cannot hold: symbolic links (to a file or a folder, followed nowhere)
+    and anything that is neither a plain file nor a folder (a FIFO would block a read)."""
+    out = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(_on_drive(drive, rel) if rel else drive) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise InstallError("%s: cannot read %s (%s): nothing was written" % (drive, rel or "the drive", exc))
+        for e in entries:
+            r = rel + "/" + e.name if rel else e.name
+            if _is_link(e):
+                out.append(r + " (a symbolic link)")
+            elif e.is_dir(follow_symlinks=False):
+                stack.append(r)
+            elif not e.is_file(follow_symlinks=False):
+                out.append(r + " (not a file)")
+    return sorted(out)
 
 
 def free_bytes(drive):
@@ -293,21 +332,50 @@ def needed_bytes(drive, p, unit):
 
 # ---- doing it ------------------------------------------------------------------------------------------------------
 
+class LinkFound(InstallError):
+    """A symbolic link turned up below the drive during the install: nothing is removed or written through it."""
+
+
+def _no_link(drive, rel):
+    """rel's path on the drive, after checking that no part of it below the drive is a symbolic link (one made after
+    check_drive looked); LinkFound otherwise. A part that does not exist yet is fine (it will be made)."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        path = _on_drive(drive, "/".join(parts[:i]))
+        if os.path.islink(path) or (hasattr(os.path, "isjunction") and os.path.isjunction(path)):
+            raise LinkFound("%s is a symbolic link now (it was not when the drive was checked): the install stopped "
+                            "there and followed nothing; remove it and run this again" % path)
+    return _on_drive(drive, rel)
+
+
+def _make_folders(drive, rel):
+    """The folders of rel on the drive, made one at a time, none through a link."""
+    parts = rel.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        path = _no_link(drive, "/".join(parts[:i]))
+        if not os.path.isdir(path):
+            os.mkdir(path)
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
 def apply(drive, p):
-    """Remove, then write (each file flushed to the drive); empty folders left by removals go too."""
+    """Remove, then write (each file flushed to the drive); empty folders left by removals go too. Every path is
+    checked for a symbolic link below the drive just before it is used (LinkFound: stopped, nothing followed)."""
     for rel in p.removes:
-        os.remove(_on_drive(drive, rel))
+        os.remove(_no_link(drive, rel))
     for rel in sorted(set(os.path.dirname(r) for r in p.removes if "/" in r), key=lambda d: -d.count("/")):
-        d = _on_drive(drive, rel)
+        d = _no_link(drive, rel)
         while rel and os.path.isdir(d) and not os.listdir(d):
             os.rmdir(d)
             rel = os.path.dirname(rel)
-            d = _on_drive(drive, rel)
+            d = _no_link(drive, rel) if rel else drive
     order = sorted(p.writes, key=lambda r: (r == "code.py", r))    # code.py last: the board restarts into a whole set
     for rel in order:
-        path = _on_drive(drive, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
+        _make_folders(drive, rel)
+        fd = os.open(_no_link(drive, rel), _WRITE_FLAGS, 0o644)
+        with os.fdopen(fd, "wb") as f:
             f.write(p.writes[rel])
             f.flush()
             os.fsync(f.fileno())
@@ -342,6 +410,10 @@ def install(drive, zip_path, dry_run=False, out=print, replace_foreign=False):
                            "Press and release reset, then hold the BOOT button until the drive appears (it stays "
                            "writable over USB then) and run this again; nothing was written" % drive)
     out(("Would install " if dry_run else "Installing ") + head)
+    out("  note: CircuitPython %s on %s is what boot_out.txt says: a file on the drive, which this tool cannot check "
+        "against the board itself (nothing on the drive can tell an ESP32-S3 from another chip). CircuitPython writes "
+        "it anew at every start: press reset once before installing if the drive might have come from elsewhere"
+        % (cp_version, board))
     if dry_run and not os.access(drive, os.W_OK):
         out("  note: the drive is read-only for this computer now: press and release reset, then hold BOOT until the "
             "drive appears, before installing")
@@ -357,9 +429,13 @@ def install(drive, zip_path, dry_run=False, out=print, replace_foreign=False):
         return p
     try:
         apply(drive, p)
+    except LinkFound as exc:
+        raise InstallError("%s: %s. The drive may be half installed; only the release's own files on it were "
+                           "removed or written" % (drive, exc))
     except OSError as exc:
         raise InstallError("writing to %s failed (%s): the drive may be half installed; run this again once the "
-                           "cause is gone (your files were not touched)" % (drive, exc))
+                           "cause is gone (only the release's own files on it were removed or written: yours were "
+                           "not touched, and nothing outside the drive)" % (drive, exc))
     out("done: %d files written, %d removed. Eject the drive before you unplug it; the board restarts into %s."
         % (len(p.writes), len(p.removes), p.version))
     return p
