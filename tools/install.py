@@ -1,14 +1,15 @@
 """python -m tools.install DRIVE [--zip meterplus-x.y.z-circuitpy.zip] [--dry-run]: put a release onto CIRCUITPY.
 
-Checks that DRIVE is a CIRCUITPY drive (boot_out.txt: CircuitPython 10.x on an ESP32-S3; no symbolic links or
-special files, which FAT cannot hold), then copies the release's drive image (tools/release.py) onto it and keeps what is the owner's: settings.json, tokens.json, settings.toml
-(WiFi and pins), history/, logs/, the MQTT CA, cloud pairing, anything else that is not the release's own, and any
-key the owner added to ota_keys.txt. The release's own files are code.py, boot.py, the application folders (core/,
-drivers/, meter/, services/, web/: replaced whole, so a file of an older version or an update never shadows a new
-one) and lib/<each library the release ships>. A drive without room for the release is refused before anything is
-written; --dry-run lists what would change and writes nothing. Nothing is ever read, removed or written through a
-symbolic link. The board is what boot_out.txt says: a file on the drive, not a check of the board itself (the
-output says so). Standard library only: it runs from a copy of this file with any Python 3.8+."""
+Checks that DRIVE is a CIRCUITPY drive (boot_out.txt: CircuitPython 10.x on an ESP32-S3; no symbolic links or special
+files, which FAT cannot hold), then copies the release's drive image (tools/release.py) onto it and keeps what is the
+owner's: settings.json, tokens.json, settings.toml (WiFi and pins), history/, logs/, the MQTT CA, cloud pairing,
+anything else that is not the release's own, and any key the owner added to ota_keys.txt. The release's own files are
+code.py, boot.py, the application folders (core/, drivers/, meter/, services/, web/: replaced whole, so a file of an
+older version or an update never shadows a new one) and lib/<each library the release ships>. A drive without room for
+the release is refused before anything is written; --dry-run lists what would change and writes nothing. Nothing is
+ever read, removed or written through a symbolic link. The board is what boot_out.txt says: a file on the drive, not a
+check of the board itself (the output says so). Standard library only: it runs from a copy of this file with any
+Python 3.8+."""
 
 import argparse
 import json
