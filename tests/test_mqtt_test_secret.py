@@ -3,6 +3,7 @@ on the host runtime with a stored broker (a real mosquitto that wants a password
 plain socket server that reads the CONNECT packet). Without a password in the body the stored one goes to the stored
 host only; a new broker is tested with the password the page sends, or none."""
 
+import os
 import socket
 import threading
 
@@ -147,3 +148,34 @@ def test_a_new_broker_is_tested_with_the_password_the_page_sends(peers):
     assert r["state"] == "ok" and r["password"] == "given"
     r = run_test(h, {"host": "127.0.0.1", "port": fake.port, "user": "meter", "password": "typed"})
     assert r["password"] == "given" and connect_fields(fake.packets[-1]) == (b"meter", b"typed")
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="chromium missing (make test installs it)")
+def test_the_page_tests_the_stored_broker_as_stored_and_says_why_another_needs_the_password(peers):
+    """The settings page's "Verbindung testen" (web-src/src/settings.js MqttTest) sends password null while the field
+    is empty. The stored broker: tested with the stored password, as before. Another host with the field empty: tried
+    without one, and the page says the stored one goes only to the stored broker; typed, it is tested with it."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tests.test_web_ui import ARGS, CHROMIUM, _page
+
+    h, broker, _fake = peers
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = _page(b)
+            page.goto(h.url + "/#/settings/mqtt")
+            form = page.locator("#s-mqtt")
+            box = form.locator("[data-test=mqtt-test]")
+            box.get_by_role("button", name="Verbindung testen").click()
+            box.get_by_text("Verbindung klappt: localhost nimmt an. Nichts gespeichert.").wait_for(timeout=30000)
+            form.locator('[name="mqtt.host"]').fill("127.0.0.1")      # the same mosquitto, but not the stored name
+            box.get_by_role("button", name="Verbindung testen").click()
+            box.get_by_text("Das gespeicherte geht nur an den gespeicherten Broker", exact=False).wait_for(
+                timeout=30000)
+            form.locator('[name="mqtt.password"]').fill(SECRET)
+            box.get_by_role("button", name="Verbindung testen").click()
+            box.get_by_text("Verbindung klappt: 127.0.0.1 nimmt an. Nichts gespeichert.").wait_for(timeout=30000)
+            assert not page.errors
+        finally:
+            b.close()
+    assert h.get("/api/v1/settings")[1]["mqtt"]["host"] == "localhost"

@@ -523,7 +523,9 @@ function MqttTest({ vals, reasons, mark }) {
         await new Promise((ok) => setTimeout(ok, 1000));
         r = await api('/mqtt/test');
       }
-      setMsg(r.state === 'ok' ? ['ok', t('mqTestOk', r.host)] : ['err', mqttWords({ conn: 'FAILED', error: r.error })[1] + '. ' + t('mqNothing')]);
+      // A stored password goes only to the broker it was stored for: another one was tried without it (withheld).
+      const hint = r.password === 'withheld' ? t('mqPwWithheld') + ' ' : '';
+      setMsg(r.state === 'ok' ? ['ok', t('mqTestOk', r.host)] : ['err', mqttWords({ conn: 'FAILED', error: r.error })[1] + '. ' + hint + t('mqNothing')]);
     } catch (e) {
       setMsg(['err', errText(e)]);
     } finally {
