@@ -731,6 +731,10 @@ def s3_figures(run, idle):
         "heap_held_kb_max": run["held_max"] // 1024,
         "heap_grown_kb": run["heap_kb"],
     }
+    pushes = run.get("notify", {}).get("pushes", [])
+    figs["shelly_notify_ms_p95"] = ms(pct([us for us, _ in pushes], 95))      # one reading to every session
+    figs["shelly_notify_bytes_median"] = median([b for _, b in pushes])         # heap allocated by one push
+    figs["shelly_notify_frame_bytes"] = run.get("notify", {}).get("frame_bytes")
     figs.update(flash_figures(run))
     return figs
 

@@ -151,13 +151,13 @@ def test_the_gap_is_wrap_safe():
 
 def test_one_build_per_reading_for_every_session(monkeypatch):
     calls = []
-    real = shelly_rpc.notify_tail
+    real = shelly_rpc.notify_parts
 
     def counting(ts, view, with_data):
         calls.append(with_data)
         return real(ts, view, with_data)
 
-    monkeypatch.setattr(shelly_rpc, "notify_tail", counting)
+    monkeypatch.setattr(shelly_rpc, "notify_parts", counting)
     m = Meter()
     a, b = m.session(), m.session(GET_STATUS.replace(b"aios-42", b"aios-43"))
     _texts(a), _texts(b)
@@ -233,3 +233,18 @@ print(shelly_rpc.notify_tail(shelly_rpc.unix_ts(1700000000129), None, 1))
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _fuel = vm.run(code)
     assert out.strip().split("\n") == want
+
+
+def test_a_socket_that_takes_a_few_bytes_at_a_time_still_gets_whole_frames_in_order():
+    m = Meter()
+    ha = m.session()
+    _texts(ha)
+    real = ha.send
+    ha.send = lambda data: real(bytes(data[:7]))              # a small window: 7 bytes a call
+    for i in range(3):
+        m.send(_values(-1000 - 100 * i, 123456789 + i))
+        for _ in range(400):                                  # polls flush what waits
+            m.poll()
+    docs = _texts(ha)
+    assert [d["params"]["em:0"]["total_act_power"] for d in docs] == [-100.0, -110.0, -120.0]
+    assert not ha.closed

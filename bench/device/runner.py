@@ -541,6 +541,7 @@ class WsClient:
         self.open = False
         self.answers = 0
         self.id = 0
+        self.notify_bytes = None
 
     def connect(self):
         self.end = socketpool.connect_to_listener(80)
@@ -581,9 +582,34 @@ class WsClient:
                 head = 4
             if len(data) < head + n:
                 return
-            self.answers += 1
+            if data[head:head + 7] == b'{"src":':
+                self.notify_bytes = head + n       # a NotifyStatus (an answer starts with its id)
+            else:
+                self.answers += 1
             data = data[head + n:]
         self.end.inbound = data
+
+
+def time_notifications(ws, record):
+    """Wrap ws._notify (the emulated Shelly's NotifyStatus, issue 39) to add (device us, heap bytes allocated) of
+    each call that pushed a reading to record; the calls that pushed nothing (most polls) are not counted."""
+    notify = ws._notify
+
+    def timed(now_ms):
+        before = ws.counters.get("notified", 0)
+        _hostenv.pause()
+        a = gc.mem_alloc()
+        _hostenv.resume()
+        t = benchclock.cpu_us()
+        notify(now_ms)
+        spent = int(_hostenv.cpu_us_since(t) * _hostenv.factor)
+        _hostenv.pause()
+        grown = gc.mem_alloc() - a
+        _hostenv.resume()
+        if ws.counters.get("notified", 0) > before and Latencies.on and grown >= 0:   # < 0: a collection ran
+            record.append((spent, grown))
+
+    ws._notify = timed
 
 
 def profile_module(mod, profile):
@@ -756,6 +782,7 @@ def main():
     clients = []
     modbus = ModbusClient()
     ws = WsClient()
+    notified = None
     sched = Schedule()
     pending = []     # (path, kind) waiting for a free client place
 
@@ -830,6 +857,9 @@ def main():
                 hist[b] += 1
             else:
                 big_cycles.append(spent)
+        if notified is None and getattr(app, "shelly_ws", None) is not None:
+            notified = []                      # the emulation is loaded (its loader's poll): time its pushes
+            time_notifications(app.shelly_ws, notified)
         # The peers' turn: none of this is the firmware's time.
         meter.tick(_hostenv.sim_seconds())
         broker.poll()
@@ -903,6 +933,7 @@ def main():
         "features_off": app.features_off,
         "profile": profile, "collections": getattr(sup, "collections", None),
         "feature_heap": feature_heap,
+        "notify": {"pushes": notified or [], "frame_bytes": ws.notify_bytes},
         "log": log_lines(app)[-30:],
     })
     result["latency"]["telegram_to_mqtt"] = broker.latency.items

@@ -7,7 +7,7 @@ decimal point (Marstek batteries misread "100" as something else than "100.0"; d
 
 import json
 
-from meter.decimal import rescale, to_str
+from meter.decimal import rescale
 
 MODEL = "SPEM-003CEBEU"
 APP = "Pro3EM"
@@ -42,12 +42,19 @@ class Identity:
         self.version = version
 
 
+_FORMS = (None, "%s%d.%01d", "%s%d.%02d", "%s%d.%03d")
+_SCALE = (1, 10, 100, 1000)
+
+
 def _num(v, places):
-    """A JSON number of (m, e) with a fixed number of decimals, or null."""
+    """A JSON number of (m, e) with places (1-3) decimals, or null. One format call a number (to_str's slices
+    and joins made ~5 KB of garbage for each em:0, built once a reading for the battery and the push)."""
     if v is None:
         return "null"
-    m, e = rescale(v[0], v[1], -places)
-    return to_str(m, e)
+    m = rescale(v[0], v[1], -places)[0]
+    a = -m if m < 0 else m
+    d = _SCALE[places]
+    return _FORMS[places] % ("-" if m < 0 else "", a // d, a % d)
 
 
 def _str(s):
@@ -149,12 +156,32 @@ def unix_ts(unix_ms):
 def notify_tail(ts, view, with_data):
     """The rest of a NotifyStatus after notify_head: ts, em:0 (and emdata:0 when with_data) exactly as
     Shelly.GetStatus gives them for the same reading; view None = the null forms of a stale meter."""
+    return b"".join(notify_parts(ts, view, with_data)).decode()
+
+
+def notify_parts(ts, view, with_data):
+    """notify_tail as a tuple of bytes to send one after the other: the em:0 and emdata:0 texts are the ones
+    Shelly.GetStatus answers with, encoded once per reading and sent as they are (no copy of them per session)."""
     if view is None:
-        return '%s,"em:0":%s,"emdata:0":%s}}' % (ts, _null_em(), null_emdata())
-    em = once_per_reading(em_status, view)
+        return (('%s,"em:0":%s,"emdata:0":%s}}' % (ts, _null_em(), null_emdata())).encode(),)
+    em = _encoded(em_status, view)
     if not with_data:
-        return '%s,"em:0":%s}}' % (ts, em)
-    return '%s,"em:0":%s,"emdata:0":%s}}' % (ts, em, once_per_reading(emdata_status, view))
+        return (('%s,"em:0":' % ts).encode(), em, b"}}")
+    return (('%s,"em:0":' % ts).encode(), em, b',"emdata:0":', _encoded(emdata_status, view), b"}}")
+
+
+_bytes = {}  # type: dict  # function -> (the reading's key, its text as bytes)
+
+
+def _encoded(build, view):
+    """once_per_reading(build, view) as bytes, encoded once per reading."""
+    key = (view.ts_ms, view.power, view.import_wh, view.export_wh)
+    hit = _bytes.get(build)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    data = once_per_reading(build, view).encode()
+    _bytes[build] = (key, data)
+    return data
 
 
 def _id_param(params):

@@ -164,13 +164,36 @@ class ShellyWs(Module):
             if tails[with_data] is None:
                 if ts is None:
                     ts = self._ts(reading.ts_ms)
-                tails[with_data] = shelly_rpc.notify_tail(ts, v, with_data).encode()
-            s.out += ws_frames.frame(ws_frames.TEXT, s.head + tails[with_data])
+                tails[with_data] = shelly_rpc.notify_parts(ts, v, with_data)
             s.seen, s.totals, s.lag = reading, totals, 0
             self.count("notified")
             self._push_at = now_ms          # the gap runs from a push that went out
-            if not self._flush(s):
+            if not self._send_parts(s, s.head, tails[with_data]):
                 self._drop(s, None)
+
+    def _send_parts(self, s, head, tail):
+        """One text frame of head and the tail's parts, each sent straight from where it is: no copy of the frame
+        for the session while its socket takes them (the usual case), what it does not take waits in s.out.
+        False when the peer is gone."""
+        size = len(head)
+        for part in tail:
+            size += len(part)
+        parts = (ws_frames.header(ws_frames.TEXT, size), head) + tail
+        if s.out:
+            s.out += b"".join(parts)              # behind what already waits, in order
+            return self._flush(s)
+        for i in range(len(parts)):
+            part = parts[i]
+            try:
+                n = s.sock.send(part)
+            except OSError as exc:
+                if errno_of(exc) != EAGAIN:
+                    return False
+                n = 0
+            if n < len(part):
+                s.out = part[n:] + b"".join(parts[i + 1:])
+                return True
+        return True
 
     def _stale(self, now_ms):
         """The meter is stale or silent: subscribed sessions get em:0 with null values and the error (what
@@ -181,7 +204,7 @@ class ShellyWs(Module):
         for s in list(self._sessions):
             if s.head is not None and len(s.out) < self.out_mark:
                 if tail is None:
-                    tail = shelly_rpc.notify_tail(self._ts(now_ms), None, True).encode()
+                    tail = shelly_rpc.notify_parts(self._ts(now_ms), None, True)[0]
                 s.out += ws_frames.frame(ws_frames.TEXT, s.head + tail)
             s.out += ws_frames.frame(ws_frames.CLOSE, b"\x03\xf5no meter data")
             self._flush(s)

@@ -63,14 +63,16 @@ def parse(buf, n, max_payload):
     return b0 & 0x0F, bool(b0 & 0x80), bytes(payload), pos + size
 
 
+def header(opcode, size):
+    """The head of an unmasked server frame (FIN set) whose payload is size bytes long."""
+    if size < 126:
+        return bytes((0x80 | opcode, size))
+    if size < 65536:
+        return bytes((0x80 | opcode, 126, size >> 8, size & 0xFF))
+    return bytes((0x80 | opcode, 127, 0, 0, 0, 0, (size >> 24) & 0xFF, (size >> 16) & 0xFF, (size >> 8) & 0xFF,
+                  size & 0xFF))
+
+
 def frame(opcode, payload):
     """A whole unmasked server frame (FIN set) carrying payload (bytes)."""
-    size = len(payload)
-    if size < 126:
-        head = bytes((0x80 | opcode, size))
-    elif size < 65536:
-        head = bytes((0x80 | opcode, 126, size >> 8, size & 0xFF))
-    else:
-        head = bytes((0x80 | opcode, 127, 0, 0, 0, 0, (size >> 24) & 0xFF, (size >> 16) & 0xFF, (size >> 8) & 0xFF,
-                      size & 0xFF))
-    return head + payload
+    return header(opcode, len(payload)) + payload
