@@ -503,7 +503,7 @@ def test_the_loader_holds_the_shelly_code_only_while_on():
     app.pool = FakePool()
     app.device_id = "a0b1c2d3e4f5"
     app.env = lambda name, default: default
-    for name in ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames"):
+    for name in ("shelly_rpc", "shelly_udp", "shelly_ws", "em_text", "ws_frames"):
         sys.modules.pop("services.emulation." + name, None)
     wiring.wire(app)
     app.emulation.poll(0)
@@ -517,7 +517,7 @@ def test_the_loader_holds_the_shelly_code_only_while_on():
     app.bus.publish("settings", ["emulation"])
     app.emulation.poll(20)
     assert app.shelly_udp is None and app.pool.sockets[0].closed
-    gone = ("shelly_rpc", "shelly_udp", "shelly_ws", "ws_frames", "meter_view")
+    gone = ("shelly_rpc", "shelly_udp", "shelly_ws", "em_text", "ws_frames", "meter_view")
     assert not [n for n in sys.modules if n.split(".")[-1] in gone]          # the routes module stays: it is small
 
 

@@ -248,3 +248,16 @@ def test_a_socket_that_takes_a_few_bytes_at_a_time_still_gets_whole_frames_in_or
     docs = _texts(ha)
     assert [d["params"]["em:0"]["total_act_power"] for d in docs] == [-100.0, -110.0, -120.0]
     assert not ha.closed
+
+
+def test_values_too_wide_for_the_buffer_grow_it_and_keep_the_digits(monkeypatch):
+    from services.emulation import em_text
+
+    view = MeterView(0, _values(-1500, 123456800))
+    want_em, want_data = em_text.em(view), em_text.emdata(view)
+    monkeypatch.setattr(em_text, "_BUF", [bytearray(16)])     # a meter's huge values: past the buffer's end
+    assert em_text.em(view) == want_em and em_text.emdata(view) == want_data
+    assert len(em_text._BUF[0]) >= len(want_em)
+    huge = MeterView(0, {"16.7.0": (-(10 ** 30), 3), "1.8.0": (10 ** 30, 3)})
+    text = em_text.em(huge).decode()
+    assert '"total_act_power":-' + "1" + "0" * 33 + ".000" in text and json.loads(text)["id"] == 0

@@ -10,7 +10,7 @@ from core.module import OK, WARN, Module
 from core.modules import unload
 
 SHELLY_PARTS = ("services.emulation.shelly_udp", "services.emulation.shelly_ws", "services.emulation.shelly_rpc",
-                "services.emulation.ws_frames")
+                "services.emulation.em_text", "services.emulation.ws_frames")
 SMA_PARTS = ("services.emulation.sma_sender", "services.emulation.sma_wire")
 SHARED_PARTS = ("services.emulation.meter_view",)
 

@@ -5,9 +5,6 @@ from core.elapsed import fresh
 
 STALE_MS = 10000   # older than this, an emulation answers no power at all: a battery must not regulate on old data
 
-_PHASE_POWER = ("36.7.0", "56.7.0", "76.7.0")
-_VOLTAGE = ("32.7.0", "52.7.0", "72.7.0")
-_CURRENT = ("31.7.0", "51.7.0", "71.7.0")
 _ZERO = (0, 0)
 
 
@@ -39,7 +36,8 @@ class MeterView:
         if power is None and get("1.7.0") is not None:
             power = _sub(get("1.7.0"), get("2.7.0") or _ZERO)   # import and export power as one signed value
         # Signed per-phase power only: an import-only share per phase (21.7.0...) would hide export on that phase.
-        phases = tuple(get(c) for c in _PHASE_POWER)
+        # Three gets, not tuple(generator): a generator object a tuple (built for every reading's push)
+        phases = (get("36.7.0"), get("56.7.0"), get("76.7.0"))
         self.phase_split = None not in phases
         if power is None and self.phase_split:
             power = _sub(_sub(phases[0], _neg(phases[1])), _neg(phases[2]))
@@ -47,8 +45,8 @@ class MeterView:
         if not self.phase_split:
             phases = (power, _ZERO, _ZERO) if power is not None else None
         self.phases = phases
-        self.voltage = tuple(get(c) for c in _VOLTAGE)
-        self.current = tuple(get(c) for c in _CURRENT)
+        self.voltage = (get("32.7.0"), get("52.7.0"), get("72.7.0"))
+        self.current = (get("31.7.0"), get("51.7.0"), get("71.7.0"))
         self.frequency = get("14.7.0")
         self.import_wh = get("1.8.0")
         self.export_wh = get("2.8.0")

@@ -7,7 +7,7 @@ decimal point (Marstek batteries misread "100" as something else than "100.0"; d
 
 import json
 
-from meter.decimal import rescale
+from services.emulation import em_text
 
 MODEL = "SPEM-003CEBEU"
 APP = "Pro3EM"
@@ -42,21 +42,6 @@ class Identity:
         self.version = version
 
 
-_FORMS = (None, "%s%d.%01d", "%s%d.%02d", "%s%d.%03d")
-_SCALE = (1, 10, 100, 1000)
-
-
-def _num(v, places):
-    """A JSON number of (m, e) with places (1-3) decimals, or null. One format call a number (to_str's slices
-    and joins made ~5 KB of garbage for each em:0, built once a reading for the battery and the push)."""
-    if v is None:
-        return "null"
-    m = rescale(v[0], v[1], -places)[0]
-    a = -m if m < 0 else m
-    d = _SCALE[places]
-    return _FORMS[places] % ("-" if m < 0 else "", a // d, a % d)
-
-
 def _str(s):
     return "null" if s is None else json.dumps(s)
 
@@ -68,50 +53,16 @@ def device_info(ident):
             % (_str(ident.name), ident.id, ident.mac, MODEL, FW_ID, FW_VER, APP))
 
 
-def _sum(values):
-    """Sum of (m, e) values, None when any is None."""
-    total = (0, 0)
-    for v in values:
-        if v is None:
-            return None
-        a, b = total, v
-        e = a[1] if a[1] < b[1] else b[1]
-        total = (a[0] * 10 ** (a[1] - e) + b[0] * 10 ** (b[1] - e), e)
-    return total
-
-
-def _abs(v):
-    return None if v is None else (abs(v[0]), v[1])
-
-
 def em_status(view):
-    """EM.GetStatus id 0: per phase current, voltage, active and apparent power, pf, frequency; totals.
+    """EM.GetStatus id 0: per phase current, voltage, active and apparent power, pf, frequency; totals (em_text).
 
     Apparent power is |active| (a meter reads no reactive part) and pf 1: the fields a client reads must be there."""
-    parts = ['{"id":0']
-    for i, ph in enumerate("abc"):
-        power = view.phases[i]
-        parts.append('"%s_current":%s,"%s_voltage":%s,"%s_act_power":%s,"%s_aprt_power":%s,"%s_pf":%s,'
-                     '"%s_freq":%s'
-                     % (ph, _num(view.current[i] if view.current[i] is not None else (0, 0), 3),
-                        ph, _num(view.voltage[i], 1), ph, _num(power, 1), ph, _num(_abs(power), 1),
-                        ph, "1.00" if power is not None and power[0] else "0.00", ph, _num(view.frequency, 1)))
-    total_current = _sum(c if c is not None else (0, 0) for c in view.current)
-    parts.append('"n_current":null,"total_current":%s,"total_act_power":%s,"total_aprt_power":%s,'
-                 '"user_calibrated_phase":[]}'
-                 % (_num(total_current, 3), _num(view.power, 3),
-                    _num(_sum(_abs(p) for p in view.phases), 3)))
-    return ",".join(parts)
+    return _encoded(em_text.em, view).decode()
 
 
 def emdata_status(view):
     """EMData.GetStatus id 0: energies in Wh; the meter's totals on phase a when it sends none per phase."""
-    imp, exp = view.import_wh, view.export_wh
-    zero = (0, 0)
-    return ('{"id":0,"a_total_act_energy":%s,"a_total_act_ret_energy":%s,"b_total_act_energy":0.00,'
-            '"b_total_act_ret_energy":0.00,"c_total_act_energy":0.00,"c_total_act_ret_energy":0.00,"total_act":%s,'
-            '"total_act_ret":%s}'
-            % (_num(imp or zero, 2), _num(exp or zero, 2), _num(imp or zero, 2), _num(exp or zero, 2)))
+    return _encoded(em_text.emdata, view).decode()
 
 
 def _em_config():
@@ -164,22 +115,22 @@ def notify_parts(ts, view, with_data):
     Shelly.GetStatus answers with, encoded once per reading and sent as they are (no copy of them per session)."""
     if view is None:
         return (('%s,"em:0":%s,"emdata:0":%s}}' % (ts, _null_em(), null_emdata())).encode(),)
-    em = _encoded(em_status, view)
+    em = _encoded(em_text.em, view)
     if not with_data:
         return (('%s,"em:0":' % ts).encode(), em, b"}}")
-    return (('%s,"em:0":' % ts).encode(), em, b',"emdata:0":', _encoded(emdata_status, view), b"}}")
+    return (('%s,"em:0":' % ts).encode(), em, b',"emdata:0":', _encoded(em_text.emdata, view), b"}}")
 
 
-_bytes = {}  # type: dict  # function -> (the reading's key, its text as bytes)
+_bytes = {}  # type: dict  # em_text function -> (the reading's key, its bytes)
 
 
 def _encoded(build, view):
-    """once_per_reading(build, view) as bytes, encoded once per reading."""
+    """build(view) (em_text.em or .emdata), built once per reading and kept as bytes."""
     key = (view.ts_ms, view.power, view.import_wh, view.export_wh)
     hit = _bytes.get(build)
     if hit is not None and hit[0] == key:
         return hit[1]
-    data = once_per_reading(build, view).encode()
+    data = build(view)
     _bytes[build] = (key, data)
     return data
 
