@@ -6,6 +6,8 @@ same bytes inside the MicroPython VM."""
 
 import json
 
+import pytest
+
 from meter.reading import Reading
 from services.emulation import shelly_rpc, ws_frames
 from services.emulation.meter_view import MeterView
@@ -84,7 +86,8 @@ def test_a_new_reading_is_pushed_with_the_em_object_getstatus_gives_and_the_clie
     assert note["params"]["em:0"] == status["em:0"] and note["params"]["emdata:0"] == status["emdata:0"]
     assert note["params"]["em:0"]["total_act_power"] == -150.0
     # the bytes, not only the values: the same number forms (every measurement with its decimals)
-    text = shelly_rpc.notify_tail("1.00", MeterView(0, _values(-1500, 123456800)), True)
+    text = shelly_rpc.notify_tail(1000, MeterView(0, _values(-1500, 123456800)), True)
+    assert text.startswith('1.00,"em:0":')
     em_text = shelly_rpc.em_status(MeterView(0, _values(-1500, 123456800)))
     assert ('"em:0":' + em_text) in text and '"total_act_power":-150.000' in em_text
 
@@ -220,30 +223,34 @@ def test_notifications_do_not_disturb_the_answers():
 
 def test_the_same_notification_bytes_inside_the_micropython_vm():
     view = MeterView(0, _values(-1500, 123456800))
-    want = [shelly_rpc.notify_head(IDENT.id, "aios-42") + shelly_rpc.notify_tail("1700000000.12", view, w)
-            for w in (0, 1)] + [shelly_rpc.notify_tail(shelly_rpc.unix_ts(1700000000129), None, 1)]
+    want = [shelly_rpc.notify_head(IDENT.id, "aios-42") + shelly_rpc.notify_tail(1700000000129, view, w)
+            for w in (0, 1)] + [shelly_rpc.notify_tail(1700000000129, None, 1), shelly_rpc.notify_tail(5, view, 0)]
+    assert want[0].startswith('{"src":"%s","dst":"aios-42","method":"NotifyStatus","params":{"ts":1700000000.12,'
+                              % IDENT.id) and want[3].startswith('0.00,"em:0":')
     code = """
 from services.emulation import shelly_rpc
 from services.emulation.meter_view import MeterView
 view = MeterView(0, %r)
 for w in (0, 1):
-    print(shelly_rpc.notify_head(%r, "aios-42") + shelly_rpc.notify_tail("1700000000.12", view, w))
-print(shelly_rpc.notify_tail(shelly_rpc.unix_ts(1700000000129), None, 1))
+    print(shelly_rpc.notify_head(%r, "aios-42") + shelly_rpc.notify_tail(1700000000129, view, w))
+print(shelly_rpc.notify_tail(1700000000129, None, 1))
+print(shelly_rpc.notify_tail(5, view, 0))
 """ % (_values(-1500, 123456800), IDENT.id)
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _fuel = vm.run(code)
     assert out.strip().split("\n") == want
 
 
-def test_a_socket_that_takes_a_few_bytes_at_a_time_still_gets_whole_frames_in_order():
+@pytest.mark.parametrize("window", [1, 3, 7, 60])
+def test_a_socket_that_takes_a_few_bytes_at_a_time_still_gets_whole_frames_in_order(window):
     m = Meter()
     ha = m.session()
     _texts(ha)
     real = ha.send
-    ha.send = lambda data: real(bytes(data[:7]))              # a small window: 7 bytes a call
+    ha.send = lambda data: real(bytes(data[:window]))         # a small window: it stops inside any part
     for i in range(3):
         m.send(_values(-1000 - 100 * i, 123456789 + i))
-        for _ in range(400):                                  # polls flush what waits
+        for _ in range(3000):                                 # polls flush what waits
             m.poll()
     docs = _texts(ha)
     assert [d["params"]["em:0"]["total_act_power"] for d in docs] == [-100.0, -110.0, -120.0]

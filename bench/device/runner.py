@@ -599,12 +599,15 @@ def time_notifications(ws, record):
         before = ws.counters.get("notified", 0)
         _hostenv.pause()
         a = gc.mem_alloc()
+        socketpool.wire_alloc = 0       # the in-memory wire's copies are lwIP's on the device: not counted
+        socketpool.wire_us = 0
         _hostenv.resume()
         t = benchclock.cpu_us()
         notify(now_ms)
-        spent = int(_hostenv.cpu_us_since(t) * _hostenv.factor)
+        spent = int((_hostenv.cpu_us_since(t) - socketpool.wire_us) * _hostenv.factor)
         _hostenv.pause()
-        grown = gc.mem_alloc() - a
+        grown = gc.mem_alloc() - a - socketpool.wire_alloc
+        socketpool.wire_alloc = None
         _hostenv.resume()
         if ws.counters.get("notified", 0) > before and Latencies.on and grown >= 0:   # < 0: a collection ran
             record.append((spent, grown))

@@ -136,3 +136,14 @@ def _emdata(buf, view):
     pos = _num(buf, pos, imp[0], imp[1], 2)
     pos = _num(buf, _put(buf, pos, b',"total_act_ret":'), exp[0], exp[1], 2)
     return _put(buf, pos, b"}")
+
+
+_TS = bytearray(40)
+
+
+def ts_prefix(unix_ms):
+    """b'<ts>,"em:0":' of a NotifyStatus: Unix seconds with two decimals as a Pro 3EM writes them (exact, from ms)."""
+    pos = _digits(_TS, 0, unix_ms // 1000, 1)
+    _TS[pos] = 46                # "."
+    pos = _put(_TS, _digits(_TS, pos + 1, unix_ms % 1000 // 10, 2), b',"em:0":')
+    return bytes(memoryview(_TS)[:pos])

@@ -104,34 +104,34 @@ def unix_ts(unix_ms):
     return "%d.%02d" % (unix_ms // 1000, unix_ms % 1000 // 10)
 
 
-def notify_tail(ts, view, with_data):
+def notify_tail(unix_ms, view, with_data):
     """The rest of a NotifyStatus after notify_head: ts, em:0 (and emdata:0 when with_data) exactly as
     Shelly.GetStatus gives them for the same reading; view None = the null forms of a stale meter."""
-    return b"".join(notify_parts(ts, view, with_data)).decode()
+    return b"".join(notify_parts(unix_ms, view, with_data)).decode()
 
 
-def notify_parts(ts, view, with_data):
+def notify_parts(unix_ms, view, with_data):
     """notify_tail as a tuple of bytes to send one after the other: the em:0 and emdata:0 texts are the ones
-    Shelly.GetStatus answers with, encoded once per reading and sent as they are (no copy of them per session)."""
+    Shelly.GetStatus answers with, built once per reading and sent as they are (no copy of them per session)."""
     if view is None:
-        return (('%s,"em:0":%s,"emdata:0":%s}}' % (ts, _null_em(), null_emdata())).encode(),)
+        return (('%s,"em:0":%s,"emdata:0":%s}}' % (unix_ts(unix_ms), _null_em(), null_emdata())).encode(),)
     em = _encoded(em_text.em, view)
     if not with_data:
-        return (('%s,"em:0":' % ts).encode(), em, b"}}")
-    return (('%s,"em:0":' % ts).encode(), em, b',"emdata:0":', _encoded(em_text.emdata, view), b"}}")
+        return (em_text.ts_prefix(unix_ms), em, b"}}")
+    return (em_text.ts_prefix(unix_ms), em, b',"emdata:0":', _encoded(em_text.emdata, view), b"}}")
 
 
-_bytes = {}  # type: dict  # em_text function -> (the reading's key, its bytes)
+_bytes = {}  # type: dict  # em_text function -> [ts_ms, power, import, export, bytes] of the reading built last
 
 
 def _encoded(build, view):
-    """build(view) (em_text.em or .emdata), built once per reading and kept as bytes."""
-    key = (view.ts_ms, view.power, view.import_wh, view.export_wh)
+    """build(view) (em_text.em or .emdata), built once per reading and kept as bytes (a hit allocates nothing)."""
     hit = _bytes.get(build)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if (hit is not None and hit[0] == view.ts_ms and hit[1] == view.power and hit[2] == view.import_wh
+            and hit[3] == view.export_wh):
+        return hit[4]
     data = build(view)
-    _bytes[build] = (key, data)
+    _bytes[build] = (view.ts_ms, view.power, view.import_wh, view.export_wh, data)
     return data
 
 

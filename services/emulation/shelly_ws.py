@@ -29,7 +29,8 @@ class _Session:
         self.dst = None       # the client's src once a request named one: from then on it gets notifications
         self.head = None      # notify_head(...) for that dst, encoded once
         self.seen = None      # the reading it last got (in a notification or current when it subscribed)
-        self.totals = None    # the (import, export) it last got
+        self.imp = None       # the import and export totals it last got
+        self.exp = None
         self.lag = 0          # notifications in a row it could not take (its output full)
 
 
@@ -149,10 +150,12 @@ class ShellyWs(Module):
             self._stale(now_ms)         # a reading without power: GetStatus shows nulls, nothing live to push
             return
         self._pushed = reading
-        totals = (v.import_wh, v.export_wh)
-        ts = None
-        tails = [None, None]        # without and with emdata:0, each built once for every session
-        for s in list(self._sessions):
+        imp, exp = v.import_wh, v.export_wh
+        plain = full = None         # the tail without and with emdata:0, each built once for every session
+        i = len(self._sessions)
+        while i:                    # backwards: a session dropped here does not move the ones still to come
+            i -= 1
+            s = self._sessions[i]
             if s.head is None or s.seen is reading:
                 continue
             if len(s.out) >= self.out_mark:
@@ -160,15 +163,18 @@ class ShellyWs(Module):
                 if s.lag >= self.lag_limit:
                     self._drop(s, "slow_reader")
                 continue
-            with_data = 1 if s.totals != totals else 0
-            if tails[with_data] is None:
-                if ts is None:
-                    ts = self._ts(reading.ts_ms)
-                tails[with_data] = shelly_rpc.notify_parts(ts, v, with_data)
-            s.seen, s.totals, s.lag = reading, totals, 0
+            if s.imp == imp and s.exp == exp:
+                if plain is None:
+                    plain = shelly_rpc.notify_parts(self._ts(reading.ts_ms), v, False)
+                tail = plain
+            else:
+                if full is None:
+                    full = shelly_rpc.notify_parts(self._ts(reading.ts_ms), v, True)
+                tail = full
+            s.seen, s.imp, s.exp, s.lag = reading, imp, exp, 0
             self.count("notified")
             self._push_at = now_ms          # the gap runs from a push that went out
-            if not self._send_parts(s, s.head, tails[with_data]):
+            if not self._send_parts(s, s.head, tail):
                 self._drop(s, None)
 
     def _send_parts(self, s, head, tail):
@@ -178,12 +184,12 @@ class ShellyWs(Module):
         size = len(head)
         for part in tail:
             size += len(part)
-        parts = (ws_frames.header(ws_frames.TEXT, size), head) + tail
+        top = ws_frames.header(ws_frames.TEXT, size)
         if s.out:
-            s.out += b"".join(parts)              # behind what already waits, in order
+            s.out += top + head + b"".join(tail)        # behind what already waits, in order
             return self._flush(s)
-        for i in range(len(parts)):
-            part = parts[i]
+        for i in range(len(tail) + 2):
+            part = top if i == 0 else head if i == 1 else tail[i - 2]
             try:
                 n = s.sock.send(part)
             except OSError as exc:
@@ -191,7 +197,10 @@ class ShellyWs(Module):
                     return False
                 n = 0
             if n < len(part):
-                s.out = part[n:] + b"".join(parts[i + 1:])
+                rest = part[n:]
+                if i == 0:
+                    rest += head
+                s.out = rest + b"".join(tail[i - 1 if i else 0:])
                 return True
         return True
 
@@ -212,12 +221,12 @@ class ShellyWs(Module):
         self._pushed = None
 
     def _ts(self, ticks):
-        """A notification's ts: the moment's UTC time once the clock is synced, else seconds since the start (as a
-        Shelly without time counts)."""
+        """A notification's ts in ms: the moment's UTC time once the clock is synced, else the time since the start
+        (as a Shelly without time counts)."""
         unix_ms = self._unix_ms(ticks) if self._unix_ms is not None else None
         if unix_ms is None:
             unix_ms = (self._uptime() if self._uptime is not None else 0) * 1000
-        return shelly_rpc.unix_ts(unix_ms)
+        return unix_ms
 
     def _subscribe(self, s, src, now_ms):
         """The session's requests name src: notifications go to it from the next reading on (the current one it
@@ -230,7 +239,8 @@ class ShellyWs(Module):
             reading = self._bus.latest("reading")
             v = view(reading, now_ms, self._floor)
             s.seen = reading
-            s.totals = (v.import_wh, v.export_wh) if v is not None else None
+            if v is not None:
+                s.imp, s.exp = v.import_wh, v.export_wh
 
     def _step(self, s, now_ms):
         """Flush, answer what is buffered, read, answer; False once the session is over.

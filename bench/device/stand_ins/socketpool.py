@@ -19,6 +19,27 @@ _udp = {}          # port -> bound UDP Socket of the firmware
 udp_listeners = {}  # (host, port) -> callback(data) for bench peers the firmware sends datagrams to
 _udp_out = []      # (address, data, source port) sent by the firmware, handed to udp_listeners by pump_udp()
 _ephemeral = 49152
+wire_alloc = None  # while a number (runner.time_notifications): heap bytes the in-memory wire's copies took
+wire_us = 0        # and the CPU microseconds of those copies and of measuring them
+
+
+def _grow(buf, data):
+    """buf.extend(data), its heap growth added to wire_alloc while that counts: on the device these bytes go into
+    lwIP's buffers, not the Python heap, so a measurement of the firmware's allocation leaves them out (and its
+    time: the heap walks of gc.mem_alloc() are the bench's)."""
+    global wire_alloc, wire_us
+    if wire_alloc is None:
+        buf.extend(data)
+        return
+    import gc
+
+    import benchclock
+
+    t = benchclock.cpu_us()
+    a = gc.mem_alloc()
+    buf.extend(data)
+    wire_alloc += gc.mem_alloc() - a
+    wire_us += benchclock.cpu_us() - t
 
 
 class End:
@@ -33,7 +54,7 @@ class End:
         """Deliver data to the other end."""
         if self.closed or self.peer.closed:
             raise OSError(errno.ECONNRESET)
-        self.peer.inbound.extend(data)
+        _grow(self.peer.inbound, data)
         return len(data)
 
     def close(self):
