@@ -24,11 +24,12 @@ def _put(buf, pos, data):
 
 
 def _built(write, view):
-    """write(buf, view) -> its length, as bytes; a buffer too small for a meter's values is doubled and kept."""
+    """write(buf, view) -> its length, copied out (a bytearray nobody changes); a buffer too small for a meter's
+    values is doubled and kept."""
     while True:
         buf = _BUF[0]
         try:
-            return bytes(memoryview(buf)[:write(buf, view)])
+            return buf[:write(buf, view)]          # a copy: the one new object
         except IndexError:
             _BUF[0] = bytearray(2 * len(buf))
 
@@ -146,4 +147,4 @@ def ts_prefix(unix_ms):
     pos = _digits(_TS, 0, unix_ms // 1000, 1)
     _TS[pos] = 46                # "."
     pos = _put(_TS, _digits(_TS, pos + 1, unix_ms % 1000 // 10, 2), b',"em:0":')
-    return bytes(memoryview(_TS)[:pos])
+    return _TS[:pos]

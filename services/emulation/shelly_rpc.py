@@ -121,18 +121,23 @@ def notify_parts(unix_ms, view, with_data):
     return (em_text.ts_prefix(unix_ms), em, b',"emdata:0":', _encoded(em_text.emdata, view), b"}}")
 
 
-_bytes = {}  # type: dict  # em_text function -> [ts_ms, power, import, export, bytes] of the reading built last
+_bytes = {}  # type: dict  # em_text function -> [ts_ms, power, import, export, text] of the reading built last
 
 
 def _encoded(build, view):
     """build(view) (em_text.em or .emdata), built once per reading and kept as bytes (a hit allocates nothing)."""
     hit = _bytes.get(build)
-    if (hit is not None and hit[0] == view.ts_ms and hit[1] == view.power and hit[2] == view.import_wh
-            and hit[3] == view.export_wh):
+    if hit is None:
+        hit = _bytes[build] = [None, None, None, None, None]
+    elif hit[0] == view.ts_ms and hit[1] == view.power and hit[2] == view.import_wh and hit[3] == view.export_wh:
         return hit[4]
-    data = build(view)
-    _bytes[build] = (view.ts_ms, view.power, view.import_wh, view.export_wh, data)
-    return data
+    hit[4] = None                 # a failed build (out of memory) must not leave the old text under the new key
+    hit[0] = view.ts_ms           # one by one: a 4-target assignment builds a tuple
+    hit[1] = view.power
+    hit[2] = view.import_wh
+    hit[3] = view.export_wh
+    hit[4] = build(view)
+    return hit[4]
 
 
 def _id_param(params):

@@ -32,6 +32,7 @@ class _Session:
         self.imp = None       # the import and export totals it last got
         self.exp = None
         self.lag = 0          # notifications in a row it could not take (its output full)
+        self.top = bytearray(b"\x81\x7e\x00\x00")   # a notification's frame header (text, 16-bit length)
 
 
 class ShellyWs(Module):
@@ -184,7 +185,11 @@ class ShellyWs(Module):
         size = len(head)
         for part in tail:
             size += len(part)
-        top = ws_frames.header(ws_frames.TEXT, size)
+        top = s.top
+        if 126 <= size < 65536:         # every notification: the session's own 4 bytes, filled in
+            top[2], top[3] = size >> 8, size & 0xFF
+        else:
+            top = ws_frames.header(ws_frames.TEXT, size)
         if s.out:
             s.out += top + head + b"".join(tail)        # behind what already waits, in order
             return self._flush(s)
