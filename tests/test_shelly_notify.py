@@ -268,3 +268,27 @@ def test_values_too_wide_for_the_buffer_grow_it_and_keep_the_digits(monkeypatch)
     huge = MeterView(0, {"16.7.0": (-(10 ** 30), 3), "1.8.0": (10 ** 30, 3)})
     text = em_text.em(huge).decode()
     assert '"total_act_power":-' + "1" + "0" * 33 + ".000" in text and json.loads(text)["id"] == 0
+
+
+def test_a_client_that_only_listens_is_pinged_and_its_pong_keeps_it_across_the_wrap():
+    """aiohttp (under aioshelly) pings only after 55 s without a frame from us: while we push, Home Assistant sends
+    nothing. The server pings after ping_after_ms; the pong keeps the session (and not "silent" to a newcomer);
+    a client that answers no ping is closed at idle_ms as before."""
+    m = Meter(start=(1 << 29) - 30000)
+    ha, deaf = m.session(), m.session(GET_STATUS.replace(b"aios-42", b"aios-43"))
+    _texts(ha), _texts(deaf)
+    for second in range(1, 240):
+        m.send(_values(-1000 - second, 123456789 + second))
+        m.poll()
+        pings = [p for op, p in _frames(ha.sent) if op == ws_frames.PING]
+        if pings:
+            ha.script.append(_client_frame(ws_frames.PONG, b""))   # aiohttp answers a ping at once
+        ha.sent.clear()
+        deaf.sent.clear()
+        if second == 100:                                          # a newcomer replaces the deaf one, never ha
+            newcomer = m.session()
+            assert deaf.closed and not ha.closed and not newcomer.closed
+            deaf = newcomer
+            _texts(deaf)
+    assert not ha.closed and deaf.closed                           # the newcomer never answered a ping either
+    assert m.ws.describe()["pings"] >= 4 and m.ws.describe()["idle_closed"] == 1

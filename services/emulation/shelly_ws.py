@@ -32,18 +32,22 @@ class _Session:
         self.imp = None       # the import and export totals it last got
         self.exp = None
         self.lag = 0          # notifications in a row it could not take (its output full)
+        self.pinged = False   # a ping went out since the client last sent anything
         self.top = bytearray(b"\x81\x7e\x00\x00")   # a notification's frame header (text, 16-bit length)
 
 
 class ShellyWs(Module):
     """bus, settings, ident (shelly_rpc.Identity), energy floor, uptime (callable -> s). At most max_sessions (each
-    one of the 8 sockets), closed when silent for idle_ms (aioshelly pings every 55 s) or when the emulation is
-    switched off. A newcomer takes the place of a session silent for over replace_after_ms, else it is refused:
-    a handshake every few seconds must not keep Home Assistant disconnected (issue 26)."""
+    one of the 8 sockets), closed when silent for idle_ms or when the emulation is switched off; a client silent
+    for ping_after_ms gets a ping (aiohttp, under aioshelly, pings only after 55 s without a frame from us, so
+    while we push it never does: the pong is what shows it is still there). A newcomer takes the place of a
+    session silent for over replace_after_ms, else it is refused: a handshake every few seconds must not keep Home
+    Assistant disconnected (issue 26)."""
 
     name = "shelly_ws"
     max_sessions = 2
     idle_ms = 120000
+    ping_after_ms = 50000     # below replace_after_ms: a client that answers pings is never "silent" to a newcomer
     replace_after_ms = 60000  # a session this silent may be replaced by a newcomer (wrap-safe: core.elapsed)
     max_frame = 1024          # an RPC request is ~100 bytes; longer frames (or messages, fragments summed) end it
     budget = None             # core.sockbudget.SocketBudget (the loader sets it): asked before a session is adopted
@@ -258,6 +262,12 @@ class ShellyWs(Module):
         if ticks_diff(now_ms, s.heard) >= self.idle_ms or ticks_diff(now_ms, s.heard) < 0:
             self.count("idle_closed")
             return False
+        if not s.pinged and ticks_diff(now_ms, s.heard) >= self.ping_after_ms:
+            s.pinged = True
+            self.count("pings")
+            s.out += ws_frames.frame(ws_frames.PING, b"")
+            if not self._flush(s):
+                return False
         if s.n and not self._answer_buffered(s, now_ms):
             return False
         if len(s.out) >= self.out_mark or s.n >= len(s.inbuf):
@@ -270,6 +280,7 @@ class ShellyWs(Module):
             return False
         s.n += got
         s.heard = now_ms
+        s.pinged = False
         return self._answer_buffered(s, now_ms)
 
     def _answer_buffered(self, s, now_ms):
