@@ -558,7 +558,9 @@ def _largest_settings():
         return None
 
     doc = s._copy(s.DEFAULTS)
-    for key, (kind, a, b) in s.SCHEMA.items():
+    from core.settings_check import SCHEMA
+
+    for key, (kind, a, b) in SCHEMA.items():
         value = worst(kind, a, b)
         if value is not None:
             norm, err = s.check(key, value, lambda z: True)

@@ -558,3 +558,36 @@ def test_settings_across_an_update_a_rollback_and_back(tmp_path):
     assert older.read_text(path, json.loads) == {"device_name": "Rolled back", "ledEnable": False}
     durable_file.remove_all(path)
     assert os.listdir(tmp_path) == [] and older.read_text(path, json.loads) is None and not make(tmp_path).exists()
+
+
+def test_the_checks_are_loaded_for_the_job_and_let_go_after_it(tmp_path):
+    """core/settings_check.py (the schema and the rules, the larger half of the settings code) is imported for a load,
+    a save or a restore and leaves sys.modules after it; the settings routes' work (services/api/settings_job.py)
+    leaves with it after each request (issue 35 point 4)."""
+    import sys
+    from types import SimpleNamespace
+
+    from adafruit_httpserver import Headers
+
+    from core.bus import Bus
+    from core.log import Log
+    from services.api import routes_settings
+
+    jobs = ("core.settings_check", "services.api.settings_job")
+    saved = {n: sys.modules.pop(n) for n in jobs if n in sys.modules}
+    try:
+        s = make(tmp_path)
+        s.update({"device_name": "kitchen"})
+        assert not any(n in sys.modules for n in jobs)
+        assert Settings(s.path).get("device_name") == "kitchen" and "core.settings_check" not in sys.modules
+        with pytest.raises(SettingsError):
+            s.update({"mqtt": {"port": 0}})
+        assert "core.settings_check" not in sys.modules
+        app = SimpleNamespace(settings=s, bus=Bus(), log=Log(), led=None, auth=None, cloud_pairing=None)
+        post = routes_settings.routes(app)[1]
+        request = SimpleNamespace(body=b'{"ledEnable": false}',
+                                  headers=Headers({"Content-Type": "application/json"}))
+        post.handler(request)
+        assert s.get("ledEnable") is False and not any(n in sys.modules for n in jobs)
+    finally:
+        sys.modules.update(saved)

@@ -5,7 +5,8 @@ import json
 
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from core.settings import SCHEMA, Settings, SettingsError, check
+from core.settings import Settings, SettingsError
+from core.settings_check import SCHEMA, check
 
 ZONES = {"Europe/Berlin", "UTC"}
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 6, 10 ** 6),

@@ -7,7 +7,7 @@ import pytest
 
 from core.money import cents_text, cost, parse_decimal, quote_money_numbers
 from core.settings import Settings, SettingsError
-from services.api.routes_settings import settings_json
+from services.api.settings_job import settings_json
 
 
 def make(tmp_path):

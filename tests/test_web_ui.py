@@ -983,7 +983,7 @@ _CANDIDATES = {
 
 
 def test_the_pages_rules_match_the_devices(browser, plain):
-    from core.settings import SCHEMA, check
+    from core.settings_check import SCHEMA, check
 
     page = _page(browser)
     page.goto(plain.url + "/")

@@ -1,148 +1,35 @@
-"""Settings routes: GET the whole document (no secrets), POST a partial update (all or nothing)."""
+"""Settings routes: GET the whole document (no secrets), POST a partial update (all or nothing), restore a backup.
 
-import json
+The work (the answers, the checks of core/settings_check.py) is services/api/settings_job.py, imported for the request
+and let go after it: CircuitPython keeps every imported module's code in the heap, and the settings are read and saved
+a few times a day (issue 35)."""
 
-from adafruit_httpserver import GET, POST, JSONResponse, Response, Route
+from adafruit_httpserver import GET, POST, Route
 
-from core.money import MONEY_KEYS
+from core.modules import unload
 
-from core.settings import SCHEMA, SECRET_DESTINATIONS, SECRETS, restart_needed
-from services.api.answers import ApiError, read_json
-
-
-def _echo(patch, doc, prefix=""):
-    """The request as the answer's "applied" echo, without secret values; settings keys show the stored form
-    (a UTF-16 surrogate pair joined, as the MicroPython json module does not)."""
-    out = {}
-    for key, value in patch.items():
-        path = prefix + str(key)
-        if path in SECRETS:
-            continue
-        if isinstance(value, dict):
-            out[key] = _echo(value, doc, path + ".")
-        elif path in SCHEMA:
-            node = doc
-            for part in path.split("."):
-                node = node[part]
-            out[key] = node
-        else:
-            out[key] = value
-    return out
+JOB = ("services.api.settings_job", "core.settings_check")
 
 
-def settings_json(doc):
-    """JSON text of a settings document whose tariff money (kept as exact decimal text) is written as JSON numbers:
-    the object is spliced in as text, so no value ever passes through a float."""
-    tariff = doc.get("tariff")
-    if not isinstance(tariff, dict):
-        return json.dumps(doc)
-    rest = {}
-    for k in doc:
-        if k != "tariff":
-            rest[k] = doc[k]
-    parts = []
-    for k in sorted(tariff):
-        v = tariff[k]
-        if k in MONEY_KEYS and isinstance(v, str):
-            parts.append('"%s":%s' % (k, v))
-        elif k == "tou" and isinstance(v, list):
-            parts.append('"tou":[%s]' % ",".join('{"days":%s,"from":"%s","to":"%s","price":%s}' % (
-                json.dumps(w["days"]), w["from"], w["to"], w["price"]) for w in v))
-        else:
-            parts.append('"%s":%s' % (k, json.dumps(v)))
-    head = json.dumps(rest)
-    return head[:-1] + (", " if len(head) > 2 else "") + '"tariff": {' + ",".join(parts) + "}}"
+def _job(app, name):
+    def handler(request):
+        import sys
 
+        was = JOB[0] in sys.modules      # a caller that holds it (a test) keeps it
+        from services.api import settings_job
 
-# What a backup never changes: the device must stay on the network the owner reaches it through, and stay locked.
-NOT_RESTORED = ("wifi", "accessPoint", "api_auth_required")
-
-
-def _given(patch, dotted):
-    """True when the patch gives a value at dotted (nested or as a top-level dotted key); "" means "keep", not given."""
-    if dotted in patch:
-        return patch[dotted] != ""
-    node = patch
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return node != ""
+        try:
+            return getattr(settings_job, name)(app, request)
+        finally:
+            if not was:
+                unload(*JOB, collect=False)   # freed by the next collection (the answer's or the supervisor's)
+    return handler
 
 
 def routes(app):
     """Route list of /api/v1/settings."""
-    settings = app.settings
-
-    def get_settings(request):
-        return Response(request, settings_json(settings.public()), content_type="application/json")
-
-    def post_settings(request):
-        return _apply(request, read_json(request, exact=MONEY_KEYS))
-
-    def restore(request):
-        """A backup's settings: everything but what keeps the device reachable and locked (NOT_RESTORED), whatever
-        the spelling (nested or dotted); such a key refuses the whole backup (400 naming it), nothing changes."""
-        patch = read_json(request, exact=MONEY_KEYS)
-        keys, _shape = settings.keys_of(patch)
-        refused = {}
-        for key in keys:
-            for prefix in NOT_RESTORED:
-                if key == prefix or key.startswith(prefix + "."):
-                    refused[key] = ("not restored from a backup: the WiFi, the access point and authentication are "
-                                    "changed through their own settings")
-        if refused:
-            raise ApiError(400, "Invalid settings", fields=refused)
-        return _apply(request, patch)
-
-    def _apply(request, patch):
-        doc, changed, errors = settings.prepare(patch)
-        if not errors and "api_auth_required" in changed and doc["api_auth_required"] and not app.auth.configured():
-            errors["api_auth_required"] = ("no confirmed token pair: call /api/v1/auth/tokens/generate and "
-                                           "/api/v1/auth/tokens/confirm first")
-        if errors:
-            raise ApiError(400, "Invalid settings", fields=errors)
-        if changed:
-            try:
-                if "api_auth_required" in changed:
-                    app.auth.set_required(doc["api_auth_required"])   # the tokens file keeps it too (fail closed)
-                settings.commit(doc)
-            except OSError as exc:
-                raise ApiError(500, "Settings could not be stored (%s)" % exc, code="storage_failed")
-            if "ledEnable" in changed and app.led is not None:
-                app.led.enabled = doc["ledEnable"]
-            app.bus.publish("settings", changed)
-            app.log.info("settings changed: %s", ", ".join(changed))
-        # A secret whose destination changed and that the request did not give again (core/settings.py)
-        dropped = [s for s, dest in SECRET_DESTINATIONS if dest in changed and s in changed and not _given(patch, s)]
-        pairing = getattr(app, "cloud_pairing", None)
-        if "cloud.host" in changed and pairing is not None and pairing.paired:
-            try:
-                pairing.unpair()   # the pairing credential goes to cloud.host: another host gets none of it
-            except OSError as exc:
-                app.log.error("cloud pairing not removed: %s", exc)
-            dropped.append("cloud pairing")
-        later = [k for k in changed if restart_needed(k)]
-        now = [k for k in changed if not restart_needed(k)]
-        answer = {
-            "success": True,
-            "applied": _echo(patch, doc),
-            "changed": changed,
-            "applied_now": now,
-            "after_restart": later,
-            "restart_required": bool(later),
-        }
-        if dropped:
-            answer["secrets_dropped"] = dropped
-            answer["message"] = ("%s removed: its destination changed and the request did not give it again"
-                                 % ", ".join(dropped))
-        if not changed:
-            answer["message"] = "Nothing changed: every value given equals the stored one"
-        return JSONResponse(request, answer)
-
     return [
-        Route("/api/v1/settings", GET, get_settings),
-        Route("/api/v1/settings", POST, post_settings),
-        Route("/api/v1/settings/restore", POST, restore),
+        Route("/api/v1/settings", GET, _job(app, "get_settings")),
+        Route("/api/v1/settings", POST, _job(app, "post_settings")),
+        Route("/api/v1/settings/restore", POST, _job(app, "restore")),
     ]
-
