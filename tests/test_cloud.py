@@ -279,3 +279,38 @@ def test_pair_over_the_api_on_the_host_runtime(tmp_path, certs, monkeypatch):
     finally:
         h.stop()
         server.close()
+
+
+def test_the_uploader_is_imported_only_while_cloud_is_on(tmp_path, monkeypatch):
+    """services/cloud/loader.py: off (the default), services.cloud.service is not imported; switched on it is built
+    with the stored pairing and polled; switched off it is stopped and its module let go (issue 35 point 4)."""
+    import sys
+    from types import SimpleNamespace
+
+    from core.log import Log
+    from services.cloud import loader
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("services.cloud.service", "services.cloud.loader"):
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])   # given back as they were after the test
+    Pairing("cloud.json").pair(TOKEN)
+    bus = Bus()
+    s = Settings()
+    app = SimpleNamespace(pool=socketpool.SocketPool(None), bus=bus, settings=s, device_id="aabbccddeeff",
+                          clock=None, log=Log(), cloud=None, cloud_pairing=None)
+    ld = loader.CloudLoader(app, "1.0.0")
+    sys.modules.pop("services.cloud.service")
+    for now in range(0, 1000, 250):
+        ld.poll(now)
+    assert app.cloud is None and "services.cloud.service" not in sys.modules
+    assert ld.describe()["connection"] == "OFF"
+    s.d["cloudIotEnabled"] = True
+    bus.publish("settings", ["cloudIotEnabled"])
+    ld.poll(1000)
+    assert app.cloud is not None and "services.cloud.service" in sys.modules
+    assert app.cloud_pairing.paired and app.cloud.conn_state in (WAIT_RETRY, CONNECTING)   # paired: it tries
+    assert ld.describe()["loaded"] is True
+    s.d["cloudIotEnabled"] = False
+    bus.publish("settings", ["cloudIotEnabled"])
+    ld.poll(1250)
+    assert app.cloud is None and "services.cloud.service" not in sys.modules
