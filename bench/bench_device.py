@@ -735,6 +735,9 @@ def s3_figures(run, idle):
     figs["shelly_notify_ms_p95"] = ms(pct([us for us, _ in pushes], 95))      # one reading to every session
     figs["shelly_notify_bytes_median"] = median([b for _, b in pushes])         # heap allocated by one push
     figs["shelly_notify_frame_bytes"] = run.get("notify", {}).get("frame_bytes")
+    built = run.get("built", {})
+    figs["info_build_ms_p95"] = ms(pct([us for us, _ in built.get("/api/v1/system/info", ())], 95))
+    figs["metrics_build_ms_p95"] = ms(pct([us for us, _ in built.get("/metrics", ())], 95))
     figs.update(flash_figures(run))
     return figs
 

@@ -615,6 +615,33 @@ def time_notifications(ws, record):
     ws._notify = timed
 
 
+def time_routes(api, paths, record):
+    """Wrap the handlers of api's routes for paths: record[path] gets (device us, heap bytes) of each call, the
+    answer's build apart from its way out (issue 35's heavy answers)."""
+    for route in api._routes:
+        if route.path in paths and not getattr(route, "timed", False):
+            route.timed = True
+            route.handler = _timed_handler(route.handler, record.setdefault(route.path, []))
+
+
+def _timed_handler(handler, out):
+    def timed(*args, **kwargs):
+        _hostenv.pause()
+        a = gc.mem_alloc()
+        _hostenv.resume()
+        t = benchclock.cpu_us()
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            spent = int(_hostenv.cpu_us_since(t) * _hostenv.factor)
+            _hostenv.pause()
+            grown = gc.mem_alloc() - a
+            _hostenv.resume()
+            if Latencies.on:
+                out.append((spent, grown))
+    return timed
+
+
 def profile_module(mod, profile):
     """Wrap mod.poll to add its count, microseconds and allocated bytes to profile[mod.name]."""
     poll = mod.poll
@@ -786,6 +813,7 @@ def main():
     modbus = ModbusClient()
     ws = WsClient()
     notified = None
+    built = {}          # route path -> [(device us, heap bytes)] of its handler's calls
     sched = Schedule()
     pending = []     # (path, kind) waiting for a free client place
 
@@ -860,6 +888,8 @@ def main():
                 hist[b] += 1
             else:
                 big_cycles.append(spent)
+        if len(built) < 2 and getattr(app, "http", None) is not None:     # /metrics comes with its lazy module
+            time_routes(app.http, ("/api/v1/system/info", "/metrics"), built)
         if notified is None and getattr(app, "shelly_ws", None) is not None:
             notified = []                      # the emulation is loaded (its loader's poll): time its pushes
             time_notifications(app.shelly_ws, notified)
@@ -937,6 +967,7 @@ def main():
         "profile": profile, "collections": getattr(sup, "collections", None),
         "feature_heap": feature_heap,
         "notify": {"pushes": notified or [], "frame_bytes": ws.notify_bytes},
+        "built": built,
         "log": log_lines(app)[-30:],
     })
     result["latency"]["telegram_to_mqtt"] = broker.latency.items
