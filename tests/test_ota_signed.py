@@ -256,3 +256,44 @@ def test_an_upload_after_the_parts_were_let_go_loads_them_again(env):
     status, answer = env.svc.upload_piece(0, b"not a tar archive at all" + bytes(1000))
     assert status == 400 and answer["ok"] is False                      # refused by the freshly loaded code
     run(env, lambda: "services.ota.upload" not in sys.modules)          # and let go again
+
+
+def test_the_work_methods_are_every_method_of_the_work_and_leave_with_the_parts():
+    """services/ota/work.py's METHODS (what load_parts puts on OtaService) names each of OtaWork's methods, and none
+    of them is on the class once the parts are released (their code leaves the heap; issue 35 point 4)."""
+    import sys
+
+    svc_mod.load_parts()
+    from services.ota import work
+
+    own = sorted(k for k, v in vars(work.OtaWork).items() if callable(v) and not k.startswith("__"))
+    assert sorted(work.METHODS) == own
+    assert all(getattr(svc_mod.OtaService, k) is getattr(work.OtaWork, k) for k in own)
+    assert svc_mod.release_parts()
+    assert not any(hasattr(svc_mod.OtaService, k) for k in own) and "services.ota.work" not in sys.modules
+
+
+def test_a_due_check_brings_its_parts_in_one_per_poll(tmp_path, monkeypatch):
+    """Each import costs the S3 a collection of the whole heap (bench/bench_ondemand.py): a check that is due imports
+    one part per poll and starts once all are in; the parts leave again when the service is idle."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ota_keys.txt").write_text(keys_text())
+    svc_mod.release_parts()
+    s = svc_mod.OtaService(socketpool.SocketPool(None), Settings(**{"ota.url": "http://127.0.0.1:9/m.json"}),
+                           "0.1.0", BOOT)
+    s.start()
+    assert svc_mod.mf is None and not any(n in sys.modules for n in svc_mod.PARTS)
+    s.request_check()
+    seen = []
+    for now in range(0, 20 * 250, 250):
+        s.poll(now)
+        seen.append(sum(1 for n in svc_mod.PARTS if n in sys.modules))
+        if s.phase != "idle":
+            break
+    n = len(svc_mod.LOAD_ORDER)
+    assert seen == list(range(1, n + 1)) + [n] and s.phase == "checking", (seen, s.message)
+    s.stop()
+    svc_mod.release_parts()
+    assert not any(n in sys.modules for n in svc_mod.PARTS)
