@@ -19,6 +19,7 @@ from drivers.radio import AP_OFF, AP_TIMED, WifiManager
 from drivers.status_led import StatusLed
 from core import improv
 from services.network.mdns_service import MdnsAdvertiser
+from services.network.improv_standby import ImprovStandby
 from services.network.provisioning import CAPABILITIES, ImprovProvisioning
 from tests import improv_peer
 from tests.steppedclock import SteppedClock
@@ -48,7 +49,7 @@ def air(monkeypatch):
 class Device:
     """The network part of the firmware, wired as code.py wires it, stepped by hand."""
 
-    def __init__(self, patch=None, reason="POWER_ON", url="http://127.0.0.1:8080/"):
+    def __init__(self, patch=None, reason="POWER_ON", url="http://127.0.0.1:8080/", standby=False):
         self.clock = SteppedClock()
         self.radio = wifi.Radio()
         self.settings = Settings(None, zone_ok=lambda z: True)
@@ -62,6 +63,9 @@ class Device:
         self.transport = BleImprovTransport(_bleio.adapter, "Meter-Plus-000001", CAPABILITIES)
         self.improv = ImprovProvisioning(self.transport, self.wifi, self.settings, self.bus, self.led,
                                          ("Meter Plus", "1.4.0", "ESP32-S3"), lambda: url if self.wifi.ip() else "")
+        if standby:   # as services/network/improv_wiring.py wires it: the session built at a press or in setup mode
+            session = self.improv
+            self.improv = ImprovStandby(lambda: session, self.wifi, self.bus)
         self.modules = [self.wifi, self.improv]
         for m in self.modules:
             m.start()
@@ -360,3 +364,20 @@ def test_a_phone_that_stays_connected_cannot_hold_the_window_open():
     assert not _bleio.adapter.advertising and dev.improv.counters["sessions_ended"] == 1
     with pytest.raises(_bleio.BluetoothError):         # the link is gone: nothing more reaches the device
         phone.send(P.WiFiSettingsCmd(b"Evil Net", b"evil password").as_bytes())
+
+
+def test_the_session_is_loaded_at_a_press_or_in_setup_mode_only():
+    """services/network/improv_standby.py: a configured device holds no provisioning code until the button is
+    pressed; the press that loads it opens the window and authorizes; in setup mode it loads at start (issue 35)."""
+    dev = Device({"wifi": {"primary": {"ssid": "Home Net", "password": "correct horse battery"}}}, "SOFTWARE",
+                 standby=True)
+    dev.step(1000, 5)
+    assert dev.improv.session is None and not _bleio.adapter.advertising
+    assert dev.improv.describe()["loaded"] is False
+    dev.press()
+    s = dev.improv.session
+    assert s is not None and s.window_since is not None and s.improv_state == improv.AUTHORIZED
+    assert _bleio.adapter.advertising and dev.led.is_active("BLE_ACTIVE") and dev.improv.describe()["window_open"]
+    _bleio.adapter.host_reset()
+    setup = Device(standby=True)
+    assert setup.improv.session is not None and _bleio.adapter.advertising

@@ -1,9 +1,9 @@
-"""The BLE provisioning feature (Improv Wi-Fi): only on boards with BLE; adafruit_ble loads when a window opens."""
+"""The BLE provisioning feature (Improv Wi-Fi): only on boards with BLE; the session loads at a button press or in
+setup mode (services/network/improv_standby.py), adafruit_ble when a window opens."""
 
 from core.version import VERSION
 from drivers.radio import ap_ssid
-from services.network.ble_on_demand import OnDemandTransport
-from services.network.provisioning import CAPABILITIES, ImprovProvisioning
+from services.network.improv_standby import ImprovStandby
 
 
 def ble_adapter():
@@ -36,9 +36,15 @@ def wire(app):
 
     def transport():
         from drivers.ble_provision import BleImprovTransport   # imports adafruit_ble: only when a window opens
+        from services.network.provisioning import CAPABILITIES
 
         return BleImprovTransport(adapter, name, CAPABILITIES)
 
-    app.improv = app.supervisor.add(ImprovProvisioning(OnDemandTransport(transport, app.log), app.wifi, app.settings,
-                                                       app.bus, app.led, ("Meter Plus", VERSION, "ESP32-S3"),
-                                                       improv_url, log=app.log))
+    def session():
+        from services.network.ble_on_demand import OnDemandTransport
+        from services.network.provisioning import ImprovProvisioning
+
+        return ImprovProvisioning(OnDemandTransport(transport, app.log), app.wifi, app.settings, app.bus, app.led,
+                                  ("Meter Plus", VERSION, "ESP32-S3"), improv_url, log=app.log)
+
+    app.improv = app.supervisor.add(ImprovStandby(session, app.wifi, app.bus, log=app.log))
