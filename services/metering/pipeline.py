@@ -5,7 +5,6 @@ from adafruit_ticks import ticks_diff, ticks_ms
 from core.elapsed import fresh
 from core.module import OK, WARN, Module
 from meter import obis
-from meter.d0 import decode_d0
 from meter.decimal import Exact, sub
 from meter.framer import SML
 from meter.median import Median
@@ -53,6 +52,7 @@ class MeterPipeline(Module):
         self.dzg = dzg
         self._settings_ring = bus.subscribe("settings", 8)
         self._res = SmlResult()
+        self._decode_d0 = None     # meter.d0's decoder, imported at the first D0 telegram (an SML meter never needs it)
         self._filters = {}
         self._last_energy = {}     # code -> (mantissa, exp) of the last accepted raw value
         self._last_out = {}        # code -> (mantissa, exp) of the last published energy, filtered, before ctRatio
@@ -190,6 +190,11 @@ class MeterPipeline(Module):
         if fmt == SML:
             ok = decode_frame(buf, n, res, self.dzg, self._crc_mode)
         else:
+            decode_d0 = self._decode_d0
+            if decode_d0 is None:
+                from meter.d0 import decode_d0
+
+                self._decode_d0 = decode_d0
             ok = decode_d0(buf, n, res)
         if not ok:
             self.count("crc_errors" if res.error == E_CRC else "decode_errors")
