@@ -275,6 +275,7 @@ class HttpApi(Module):
     #                               a budget of their own, this percentage of the API's (10 of 25 per window), so they
     #                               never spend the token holders' budget
     accept_every_ms = 10          # an idle listener is asked this often (HardenedServer.accept_every_ms)
+    follow_up_ms = 100            # busy() this long after a request: a client's next one usually follows at once
 
     def __init__(self, pool, app, host="0.0.0.0", port=80, route_modules=(), rate_limit=25, rate_window_ms=10000,
                  ticks=ticks_ms):
@@ -380,10 +381,24 @@ class HttpApi(Module):
             self._take_routes()
         self._server.poll()
 
+    _asked_at = None              # ticks of the last request taken (_dispatch)
+
     def busy(self):
-        """A connection is open: its answer takes a few more polls."""
+        """A connection is open (its answer takes a few more polls), or a request came within follow_up_ms: a page's
+        next file or a script's next call comes right after an answer, and code.py's start then wires its next
+        feature (~1 S3 s with nothing answered) after it."""
         server = self._server
-        return server is not None and server.connections() > 0
+        if server is None:
+            return False
+        if server.connections() > 0:
+            return True
+        at = self._asked_at
+        if at is None:
+            return False
+        if fresh(at, self._ticks(), self.follow_up_ms):
+            return True
+        self._asked_at = None       # dropped once old: 2**29 ms later the stamp would look recent again
+        return False
 
     def sockets_held(self):
         """Sockets the API holds: its listener and the connections open now (core/sockbudget.py)."""
@@ -419,6 +434,7 @@ class HttpApi(Module):
         """_route(request); what fails in it for a request without a valid token is counted (open_errors, with the
         last one's method, path and exception type in describe()) and answered 500, never logged: a stranger's
         errors must not fill the persistent log (issue 26). The owner's errors go on to the server, which logs them."""
+        self._asked_at = self._ticks()
         try:
             return self._route(request)
         except ApiError:
