@@ -66,8 +66,9 @@ FEATURES = (
     ("network", "services.network.wiring"),        # WiFi, access point, mDNS, captive DNS
     ("web", "services.web.wiring"),                # the web interface's files (first in the loop: a person's page)
     ("meter", "services.metering.wiring"),         # IR head -> decoder -> filter, ctRatio, energy floor
-    ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC
     ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery (the first reading's way out)
+    # From here on after the first reading (WIRED_BEFORE_READING).
+    ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC (hands MQTT the clock for its state's time)
     ("history", "services.history.wiring"),        # quarter hours and days on the flash
     ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks (MQTT's money too)
     ("modbus", "services.modbus.wiring"),          # SunSpec over Modbus TCP
@@ -185,7 +186,40 @@ WIRED_BEFORE_LOOP = 4      # system, api, logs, network
 # one. So the next wiring waits for a whole round, and while a module has work in flight (Module.busy) for at most
 # WIRING_WAITS_MS.
 WIRING_WAITS_MS = 500
+# The first reading's way out (web, meter, MQTT) is wired first; the features after it (clock, history, tariff,
+# Modbus, ... Improv: seconds of imports, wiring and first polls) wait until MQTT has published the first reading,
+# or cannot (off, no broker, waiting for a retry: MqttService.reading_out), for at most READING_WAITS_MS.
+WIRED_BEFORE_READING = 7   # ... web, meter, mqtt
+READING_WAITS_MS = 10000   # no meter on the head, a broker that never answers: the start goes on after this
 _waiting_since = None
+_reading_since = None      # when the later features began to wait for the first reading
+_reading_state = 0         # 0: waiting; 1: out at the end of the last cycle, wired from the next; 2: done
+
+
+def _after_reading(name):
+    """True for a feature that waits for the first reading on MQTT (FEATURES after WIRED_BEFORE_READING)."""
+    for row in FEATURES[WIRED_BEFORE_READING:]:
+        if row[0] == name:
+            return True
+    return False
+
+
+def reading_waits(app):
+    """True while the later features wait for the first reading on MQTT (at most READING_WAITS_MS). The cycle after
+    the one whose end found it out wires the next: a wiring is one long step (~1 S3 s), and the reading's last
+    bytes should not wait behind it in the same cycle."""
+    global _reading_since, _reading_state
+    if _reading_state == 2 or app.mqtt is None:
+        return False
+    if _reading_state == 1:
+        _reading_state = 2
+        return False
+    now = ticks_ms()
+    if _reading_since is None:
+        _reading_since = now
+    if app.mqtt.reading_out() or ticks_diff(now, _reading_since) >= READING_WAITS_MS:
+        _reading_state = 1
+    return True
 
 
 def build():
@@ -205,9 +239,13 @@ def build():
 
 
 def wire_next(app):
-    """Wire the next feature still waiting (one per loop cycle while the start goes on); False when none is left."""
+    """Wire the next feature still waiting (one per loop cycle while the start goes on). True when the loop should
+    go on at once (a feature was wired, the round goes on first); False when none is left, or while the later
+    features wait for the first reading (the loop's idle wait runs then)."""
     global _waiting_since
     if not app.starting:
+        return False
+    if _after_reading(app.starting[0][0]) and reading_waits(app):
         return False
     sup = app.supervisor
     if sup.mid_round():

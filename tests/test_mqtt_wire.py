@@ -251,7 +251,7 @@ def test_the_state_json_says_when_its_reading_was_taken():
     """Retained state outlives the reading: with a synced clock it carries the reading's UTC time (as
     /history/latest does), computed from the reading's age on ticks."""
     r = Rig(topic_prefix="a")
-    r.svc._clock = _SyncedClock()
+    r.svc.clock = _SyncedClock()
     r.reading({"16.7.0": (15, -1)})
     r.step(2500)                                  # the reading is 2.5 s old when it goes out
     r.connect()

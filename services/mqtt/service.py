@@ -78,9 +78,10 @@ class _Config:
 
 class MqttService(Module):
     """pool: socketpool.SocketPool; bus: core.bus.Bus; settings: core.settings.Settings; device_id: 12 hex;
-    ssl_context: callable -> a fresh ssl.SSLContext (create_default_context); ca_store: services.mqtt.ca_store.CaStore;
-    web_url: callable -> the device's web address or None; rand: os.urandom (jitter); energy_floor: the
-    services.metering.energy_floor.EnergyFloor shared with the REST API (a private one when None)."""
+    ssl_context: callable -> a fresh ssl.SSLContext (create_default_context); ca_store: services.mqtt.ca_store.CaStore,
+    or ca_path: the file of one made when first asked for (`ca`: a TLS connection or the CA routes; its module is not
+    imported at the start); web_url: callable -> the device's web address or None; rand: os.urandom (jitter);
+    energy_floor: the services.metering.energy_floor.EnergyFloor shared with the REST API (a private one when None)."""
 
     name = "mqtt"
     poll_every_ms = 50      # the broker's bytes wait in the socket; a publish 50 ms later is not felt
@@ -98,15 +99,18 @@ class MqttService(Module):
     migrate_hold_ms = 3000     # after emptying old discovery configs, before the new ones (HA removes entities async)
 
     def __init__(self, pool, bus, settings, device_id, ssl_context=None, ca_store=None, web_url=None, log=None,
-                 rand=os.urandom, energy_floor=None, clock=None):
+                 rand=os.urandom, energy_floor=None, clock=None, ca_path=None):
         Module.__init__(self)
-        self._clock = clock          # core.clock.Clock: the state JSON says when its reading was taken
+        # core.clock.Clock: the state JSON says when its reading was taken (the clock is wired after MQTT at the
+        # start, code.py, and hands itself over then)
+        self.clock = clock
         self._pool = pool
         self._bus = bus
         self._settings = settings
         self.device_id = device_id
         self._ssl_factory = ssl_context
-        self.ca = ca_store
+        self._ca = ca_store
+        self._ca_path = ca_path
         self._web_url = web_url
         self._log = log
         self._rand = rand
@@ -132,6 +136,15 @@ class MqttService(Module):
         self._ca_dirty = False
         self._now = 0
         self._reset_session()
+
+    @property
+    def ca(self):
+        """The custom CA's store (services.mqtt.ca_store.CaStore), or None without one."""
+        if self._ca is None and self._ca_path is not None:
+            from services.mqtt.ca_store import CaStore
+
+            self._ca = CaStore(self._ca_path)
+        return self._ca
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -341,6 +354,17 @@ class MqttService(Module):
         broker that never answers would hold the start back until the connect timeout."""
         return self.conn_state == CONNECTED and bool(self._queue)
 
+    def reading_out(self):
+        """True once a reading went out on this connection (every queued message handed to the socket), or when
+        none can go now (off, a configuration that cannot connect, waiting for a retry): code.py's start wires the
+        features the first reading does not need after it."""
+        st = self.conn_state
+        if self._cfg is None:
+            return False          # not started yet
+        if st == CONNECTED:
+            return self._sent_reading is not None and not self._queue and not self._mq.pending()
+        return st == OFF or st == FAILED or st == WAIT_RETRY
+
     def _connecting_poll(self, now):
         if self._tcp_phase:
             if self._mq.connect_step():
@@ -428,7 +452,7 @@ class MqttService(Module):
             sent.append(code)
             self._queue.append(("pub", ha.value_topic(prefix, code), ha.value_text(code, mv[0], mv[1]), True))
         ts = None
-        clock = self._clock
+        clock = self.clock
         if clock is not None and clock.synced:
             # The reading's UTC time, as /history/latest gives it: clients other than Home Assistant (which
             # goes unavailable through the meter topic) see how old a retained state is.

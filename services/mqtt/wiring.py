@@ -3,10 +3,9 @@
 from core.app import LazyRoutes
 import wifi
 
-from services.mqtt.ca_store import CaStore
 from services.mqtt.service import MqttService
 
-CA_PATH = "mqtt_ca.pem"
+CA_PATH = "mqtt_ca.pem"     # its store (services/mqtt/ca_store.py) is made when first asked for: TLS, the CA routes
 
 
 def wire(app):
@@ -26,7 +25,7 @@ def wire(app):
 
     app.mqtt = app.supervisor.add(MqttService(app.pool, app.bus, app.settings, app.device_id, clock=app.clock,
                                               ssl_context=ssl.create_default_context if ssl is not None else None,
-                                              ca_store=CaStore(CA_PATH), web_url=web_url, log=app.log,
+                                              ca_path=CA_PATH, web_url=web_url, log=app.log,
                                               energy_floor=app.energy_floor))
     if app.tariff is not None:
         app.mqtt.money = app.tariff.money_values

@@ -11,3 +11,5 @@ def wire(app):
     app.clock = app.supervisor.add(Clock(app.pool, app.settings, bus=app.bus, rtc=rtc.RTC(), server=ntp,
                                          backups=() if ntp else None))
     app.clock.budget = app.sockets
+    if app.mqtt is not None:       # wired before the clock (code.py: the first reading's way out comes first)
+        app.mqtt.clock = app.clock
