@@ -319,6 +319,11 @@ def start_keys(starts):
         "reading_s_py": s(starts["py"][1], "first_reading_ms"),
         "reading_s_after_update": s(starts["after_update"][1], "first_reading_ms"),
         "reading_s_first": s(starts["mpy"][0], "first_reading_ms"),
+        # every feature wired ("Meter Plus up"): the features after the first reading are wired then (code.py)
+        "up_s_mpy": s(starts["mpy"][1], "up_ms"),
+        "up_s_py": s(starts["py"][1], "up_ms"),
+        "up_s_after_update": s(starts["after_update"][1], "up_ms"),
+        "up_s_first": s(starts["mpy"][0], "up_ms"),
         "start_flash_stall_s_first": s(starts["mpy"][0].get("flash", {}), "stall_ms"),
         "start_watchdog_gap_s_worst": max(r["watchdog_longest_gap_ms"] for rs in starts.values() for r in rs) / 1000,
         "start_watchdog_tripped": sorted("%s#%d" % (k, i) for k, rs in starts.items() for i, r in enumerate(rs)
@@ -344,9 +349,9 @@ def print_starts(starts, starts_fast, starts_max):
           "(S3 s at %d pystones/s; at %d beside; boot.py before it included):" % (S3_PYSTONES, S3_PYSTONES_FAST))
     for image, label in (("first", "first start of a fresh drive (.mpy)"), ("mpy", "drive as .mpy"),
                          ("py", "drive as .py"), ("after_update", "after a network update")):
-        print("  %-38s alive %6.1f (%5.1f)   reading %6.1f (%5.1f)"
+        print("  %-38s alive %6.1f (%5.1f)   reading %6.1f (%5.1f)   all wired %6.1f (%5.1f)"
               % (label, keys["boot_s_" + image], fast["boot_s_" + image], keys["reading_s_" + image],
-                 fast["reading_s_" + image]))
+                 fast["reading_s_" + image], keys["up_s_" + image] or -1, fast["up_s_" + image] or -1))
     for label, k in (("flash typical", keys), ("flash maximum", top)):
         print("  watchdog, %s: longest gap between arming or feeding and the next feed %.1f S3 s (timeout %d s); "
               "tripped: %s; the first start's flash stall %.1f S3 s (alive %.1f)"
