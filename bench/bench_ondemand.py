@@ -22,8 +22,8 @@ from bench.bench_device import S3_PYSTONES, build, source_tree, stage
 PARTS = (
     ("settings checks (a save, a restore, the load at start)", "import core.settings_check",
      ("core.settings_check",)),
-    ("settings request (GET/POST /settings: the answers and the checks)",
-     "from services.api import settings_job", ("services.api.settings_job", "core.settings_check")),
+    ("settings request's work (GET /settings; a POST loads the checks above too)",
+     "from services.api import settings_job", ("services.api.settings_job",)),
     ("OTA parts (a check, an install, an upload: work, manifest, signature, ed25519, http_get, stream, upload)",
      "import services.ota.service as o\no.load_parts()", ()),
     ("OTA start (the floor's version check: manifest only)", "import services.ota.manifest",

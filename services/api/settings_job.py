@@ -7,13 +7,14 @@ from adafruit_httpserver import JSONResponse, Response
 
 from core.money import MONEY_KEYS
 from core.settings import SECRET_DESTINATIONS, SECRETS, restart_needed
-from core.settings_check import SCHEMA
 from services.api.answers import ApiError, read_json
 
 
 def _echo(patch, doc, prefix=""):
     """The request as the answer's "applied" echo, without secret values; settings keys show the stored form
     (a UTF-16 surrogate pair joined, as the MicroPython json module does not)."""
+    from core.settings_check import SCHEMA   # loaded by _apply already (a GET needs none of the checks)
+
     out = {}
     for key, value in patch.items():
         path = prefix + str(key)
@@ -82,6 +83,8 @@ def post_settings(app, request):
 def restore(app, request):
     """A backup's settings: everything but what keeps the device reachable and locked (NOT_RESTORED), whatever the
     spelling (nested or dotted); such a key refuses the whole backup (400 naming it), nothing changes."""
+    from core import settings_check  # noqa: F401  (held for keys_of() and _apply(): one import)
+
     patch = read_json(request, exact=MONEY_KEYS)
     keys, _shape = app.settings.keys_of(patch)
     refused = {}
@@ -96,6 +99,8 @@ def restore(app, request):
 
 
 def _apply(app, request, patch):
+    from core import settings_check  # noqa: F401  (held for the whole request: prepare() and _echo() use it)
+
     settings = app.settings
     doc, changed, errors = settings.prepare(patch)
     if not errors and "api_auth_required" in changed and doc["api_auth_required"] and not app.auth.configured():
