@@ -63,11 +63,12 @@ FEATURES = (
     ("system", "services.system.wiring"),          # lifecycle (restart, flush, factory reset), LED policy
     ("api", "services.api.wiring"),                # HTTP server, tokens, settings routes (essential)
     ("logs", "services.logs.wiring"),              # persistent log on the flash
-    ("network", "services.network.wiring"),        # WiFi, access point, mDNS, captive DNS
+    ("network", "services.network.wiring"),        # WiFi, access point, captive DNS
     ("web", "services.web.wiring"),                # the web interface's files (first in the loop: a person's page)
     ("meter", "services.metering.wiring"),         # IR head -> decoder -> filter, ctRatio, energy floor
     ("mqtt", "services.mqtt.wiring"),              # MQTT with Home Assistant discovery (the first reading's way out)
     # From here on after the first reading (WIRED_BEFORE_READING).
+    ("mdns", "services.network.mdns_wiring"),      # discovery (TXT for WattWaechter / Home Assistant), our responder
     ("clock", "services.system.clock_wiring"),     # NTP, time zone, RTC (hands MQTT the clock for its state's time)
     ("history", "services.history.wiring"),        # quarter hours and days on the flash
     ("tariff", "services.tariff.wiring"),          # prices, cost per quarter hour, monthly peaks (MQTT's money too)

@@ -641,7 +641,7 @@ def test_the_socket_budget_decides_between_our_socket_and_the_system_responder_a
 
 
 def test_the_budget_counts_what_the_features_on_may_hold():
-    from services.network.wiring import mdns_budget
+    from services.network.mdns_wiring import mdns_budget
 
     class S(dict):
         def get(self, key, default=None):

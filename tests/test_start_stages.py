@@ -45,7 +45,7 @@ def _wiring(monkeypatch, tmp_path, names):
 def test_the_features_after_mqtt_wait_for_the_first_reading_then_go_on_a_cycle_later(monkeypatch, tmp_path):
     ns, clock, wired, app = _wiring(monkeypatch, tmp_path, ["mqtt", "clock", "history"])
     names = [n for n, _ in ns["FEATURES"]]
-    assert names[ns["WIRED_BEFORE_READING"] - 1] == "mqtt" and names[ns["WIRED_BEFORE_READING"]] == "clock"
+    assert names[ns["WIRED_BEFORE_READING"] - 1] == "mqtt" and names[ns["WIRED_BEFORE_READING"]] == "mdns"
     assert ns["wire_next"](app) is True and wired == ["mqtt"]
     app.mqtt = _Mqtt()                                # what services/mqtt/wiring.py left on app
     for _ in range(5):
