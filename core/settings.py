@@ -60,7 +60,6 @@ RESTART_PREFIXES = ("wifi.", "accessPoint.")
 # The rules (the schema, each value's check, the rules between keys) live in core/settings_check.py, imported for a
 # job and let go after it (_checks): a save or two a day, and the load at start.
 CHECKS = "core.settings_check"
-CHECKS_ALONE = ("core.text", "core.url")   # what only the checks (and the update's parts) import: they leave too
 
 
 def _checks():
@@ -79,7 +78,7 @@ def _release(was):
     if not was:
         from core.modules import unload
 
-        unload(CHECKS, *CHECKS_ALONE, collect=False)
+        unload(CHECKS, collect=False)
 
 
 def check(key, value, zone_ok):

@@ -8,7 +8,7 @@ from adafruit_httpserver import GET, POST, Route
 
 from core.modules import unload
 
-JOB = ("services.api.settings_job", "core.settings_check", "core.text", "core.url")
+JOB = ("services.api.settings_job", "core.settings_check")
 
 
 def _job(app, name):

@@ -75,7 +75,7 @@ def release_parts():
         delattr(OtaService, name)
     mf = sg = hg = st = upl = None
     _loading = False
-    unload(*PARTS + ("core.url",))   # core.url: only the parts and the settings checks import it
+    unload(*PARTS)
     return True
 
 # The journal format is boot.py's (the anchor that performs the switch); docs/ota.md.
