@@ -95,13 +95,15 @@ def main():
     ap.add_argument("--src", help="CircuitPython source tree (or CIRCUITPY_SRC)")
     ap.add_argument("--resident", help="a bench.bench_device --json file: its resident set is imported first")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--py", action="store_true", help="the firmware as .py files (compiled on import, as the device "
+                                                      "bench's standard load runs it), not .mpy")
     args = ap.parse_args()
     binary = build(source_tree(args.src or os.environ.get("CIRCUITPY_SRC")))
     resident = ["core.settings", "core.supervisor", "services.api.service"]
     if args.resident:
         with open(args.resident) as f:
             resident = [name for name, _cost in json.load(f)["resident_costs"]]
-    root = stage(binary, firmware_mpy=True)
+    root = stage(binary, firmware_mpy=not args.py)
     try:
         script = SCRIPT % {"loops": 20000, "resident": resident, "parts": [(p[1], p[2]) for p in PARTS]}
         res = subprocess.run([binary, "-c", script], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -123,9 +125,10 @@ def main():
     if stones is None or len(took) < len(PARTS):
         raise SystemExit("the bench interpreter failed:\n" + res.stdout[-3000:])
     factor = stones / S3_PYSTONES
-    print("loading each on-demand part as .mpy, %d resident modules imported first (S3 ms at %d pystones/s; this "
-          "interpreter %d pystones/s, median of 5):" % (len(resident), S3_PYSTONES, stones))
-    out = {"pystones": stones, "resident_modules": len(resident), "parts": {}}
+    print("loading each on-demand part as %s, %d resident modules imported first (S3 ms at %d pystones/s; this "
+          "interpreter %d pystones/s, median of 5):" % (".py" if args.py else ".mpy", len(resident), S3_PYSTONES,
+                                                        stones))
+    out = {"pystones": stones, "resident_modules": len(resident), "form": "py" if args.py else "mpy", "parts": {}}
     for i, (what, _stmt, _names) in enumerate(PARTS):
         ms = took[i] * factor / 1000
         out["parts"][what] = round(ms, 1)
