@@ -19,6 +19,11 @@ from tools.mpvm import MicroVM
 GET_STATUS = b'{"id":1,"src":"aios-42","method":"Shelly.GetStatus"}'
 
 
+def notify_tail(unix_ms, view, with_data):
+    """The text of a notification after its head: shelly_rpc.notify_parts joined."""
+    return b"".join(shelly_rpc.notify_parts(unix_ms, view, with_data)).decode()
+
+
 def _values(power_dw, import_dwh=123456789):
     v = dict(THREE_PHASE)
     v["16.7.0"] = (power_dw, -1)
@@ -86,7 +91,7 @@ def test_a_new_reading_is_pushed_with_the_em_object_getstatus_gives_and_the_clie
     assert note["params"]["em:0"] == status["em:0"] and note["params"]["emdata:0"] == status["emdata:0"]
     assert note["params"]["em:0"]["total_act_power"] == -150.0
     # the bytes, not only the values: the same number forms (every measurement with its decimals)
-    text = shelly_rpc.notify_tail(1000, MeterView(0, _values(-1500, 123456800)), True)
+    text = notify_tail(1000, MeterView(0, _values(-1500, 123456800)), True)
     assert text.startswith('1.00,"em:0":')
     em_text = shelly_rpc.em_status(MeterView(0, _values(-1500, 123456800)))
     assert ('"em:0":' + em_text) in text and '"total_act_power":-150.000' in em_text
@@ -223,18 +228,20 @@ def test_notifications_do_not_disturb_the_answers():
 
 def test_the_same_notification_bytes_inside_the_micropython_vm():
     view = MeterView(0, _values(-1500, 123456800))
-    want = [shelly_rpc.notify_head(IDENT.id, "aios-42") + shelly_rpc.notify_tail(1700000000129, view, w)
-            for w in (0, 1)] + [shelly_rpc.notify_tail(1700000000129, None, 1), shelly_rpc.notify_tail(5, view, 0)]
+    want = [shelly_rpc.notify_head(IDENT.id, "aios-42") + notify_tail(1700000000129, view, w)
+            for w in (0, 1)] + [notify_tail(1700000000129, None, 1), notify_tail(5, view, 0)]
     assert want[0].startswith('{"src":"%s","dst":"aios-42","method":"NotifyStatus","params":{"ts":1700000000.12,'
                               % IDENT.id) and want[3].startswith('0.00,"em:0":')
     code = """
 from services.emulation import shelly_rpc
 from services.emulation.meter_view import MeterView
+def notify_tail(unix_ms, view, with_data):
+    return b"".join(shelly_rpc.notify_parts(unix_ms, view, with_data)).decode()
 view = MeterView(0, %r)
 for w in (0, 1):
-    print(shelly_rpc.notify_head(%r, "aios-42") + shelly_rpc.notify_tail(1700000000129, view, w))
-print(shelly_rpc.notify_tail(1700000000129, None, 1))
-print(shelly_rpc.notify_tail(5, view, 0))
+    print(shelly_rpc.notify_head(%r, "aios-42") + notify_tail(1700000000129, view, w))
+print(notify_tail(1700000000129, None, 1))
+print(notify_tail(5, view, 0))
 """ % (_values(-1500, 123456800), IDENT.id)
     with MicroVM(packages=("core", "meter", "services")) as vm:
         out, _fuel = vm.run(code)

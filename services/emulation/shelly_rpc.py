@@ -99,22 +99,12 @@ def notify_head(src, dst):
     return '{"src":"%s","dst":%s,"method":"NotifyStatus","params":{"ts":' % (src, json.dumps(dst))
 
 
-def unix_ts(unix_ms):
-    """A notification's ts as a Pro 3EM writes it: Unix seconds with two decimals (exact: from integer ms)."""
-    return "%d.%02d" % (unix_ms // 1000, unix_ms % 1000 // 10)
-
-
-def notify_tail(unix_ms, view, with_data):
-    """The rest of a NotifyStatus after notify_head: ts, em:0 (and emdata:0 when with_data) exactly as
-    Shelly.GetStatus gives them for the same reading; view None = the null forms of a stale meter."""
-    return b"".join(notify_parts(unix_ms, view, with_data)).decode()
-
-
 def notify_parts(unix_ms, view, with_data):
-    """notify_tail as a tuple of bytes to send one after the other: the em:0 and emdata:0 texts are the ones
-    Shelly.GetStatus answers with, built once per reading and sent as they are (no copy of them per session)."""
+    """The rest of a NotifyStatus after notify_head, as bytes to send one after the other: ts (unix_ms as a Pro 3EM
+    writes it), em:0 and (with_data) emdata:0, the texts Shelly.GetStatus answers with for the same reading, built
+    once per reading and sent as they are (no copy of them per session); view None = a stale meter's null forms."""
     if view is None:
-        return (('%s,"em:0":%s,"emdata:0":%s}}' % (unix_ts(unix_ms), _null_em(), null_emdata())).encode(),)
+        return (em_text.ts_prefix(unix_ms), _null_em().encode(), b',"emdata:0":', null_emdata().encode(), b"}}")
     em = _encoded(em_text.em, view)
     if not with_data:
         return (em_text.ts_prefix(unix_ms), em, b"}}")

@@ -222,7 +222,7 @@ class ShellyWs(Module):
         for s in list(self._sessions):
             if s.head is not None and len(s.out) < self.out_mark:
                 if tail is None:
-                    tail = shelly_rpc.notify_parts(self._ts(now_ms), None, True)[0]
+                    tail = b"".join(shelly_rpc.notify_parts(self._ts(now_ms), None, True))
                 s.out += ws_frames.frame(ws_frames.TEXT, s.head + tail)
             s.out += ws_frames.frame(ws_frames.CLOSE, b"\x03\xf5no meter data")
             self._flush(s)
