@@ -99,15 +99,20 @@ class OtaWork:
         self._sig_check = sg.ManifestSignatureCheck(self._manifest_data, sig, self._keys)
         self.phase = VERIFYING
 
-    def _verify_step(self, now):
-        """A slice of the signature check per poll (docs/ota.md: about 90 polls); then the manifest is read."""
+    def _sig_steps(self):
+        """A slice of the signature check (verify_steps_per_poll steps); the finished check, else None."""
         chk = self._sig_check
         for _ in range(self.verify_steps_per_poll):
             if chk.step():
-                break
-        else:
+                self._sig_check = None
+                return chk
+        return None
+
+    def _verify_step(self, now):
+        """A slice of the signature check per poll (docs/ota.md: about 90 polls); then the manifest is read."""
+        chk = self._sig_steps()
+        if chk is None:
             return
-        self._sig_check = None
         data = self._manifest_data
         self._manifest_data = None
         self.phase = IDLE
@@ -577,13 +582,9 @@ class OtaWork:
             self._commit(now)
             return
         if up.verifying:
-            chk = self._sig_check
-            for _ in range(self.verify_steps_per_poll):
-                if chk.step():
-                    break
-            else:
+            chk = self._sig_steps()
+            if chk is None:
                 return
-            self._sig_check = None
             if not chk.ok:
                 self._upload_fail("signature", "the manifest's signature is wrong: %s" % chk.error)
                 return
@@ -628,7 +629,7 @@ class OtaWork:
 
 
 # What load_parts() puts on OtaService and release_parts() takes off again (a test checks it is every method).
-METHODS = ("_fetch_manifest", "_check_step", "_verify_step", "_checked_manifest", "_compiled_blocker",
+METHODS = ("_fetch_manifest", "_check_step", "_sig_steps", "_verify_step", "_checked_manifest", "_compiled_blocker",
            "_fetch_compiled", "_compiled_fetched", "_offer", "_refusal", "_failed", "_plan_step",
            "_note_twin", "_plan_done", "_free_bytes", "_download_step", "_commit", "_trial_step", "_raise_floor",
            "_upload_piece", "_upload_blocker", "_upload_answer", "_upload_fail", "_upload_member",
