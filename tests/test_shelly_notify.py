@@ -299,3 +299,17 @@ def test_a_client_that_only_listens_is_pinged_and_its_pong_keeps_it_across_the_w
             _texts(deaf)
     assert not ha.closed and deaf.closed                           # the newcomer never answered a ping either
     assert m.ws.describe()["pings"] >= 4 and m.ws.describe()["idle_closed"] == 1
+
+
+def test_a_src_with_quotes_and_unicode_is_escaped_in_dst_and_a_non_text_src_subscribes_nothing():
+    m = Meter()
+    odd = m.session(b'{"id":1,"src":"a\\"b\\\\c\\u00e4</x>","method":"Shelly.GetStatus"}')
+    bad = m.session(b'{"id":1,"src":{"x":1},"method":"Shelly.GetStatus"}')
+    long = m.session(b'{"id":1,"src":"' + b"s" * 65 + b'","method":"Shelly.GetStatus"}')
+    for s in (odd, bad, long):
+        _texts(s)
+    m.send(_values(-1500))
+    m.poll()
+    (note,) = _texts(odd)
+    assert note["dst"] == 'a"b\\c\u00e4</x>' and note["method"] == "NotifyStatus"
+    assert _texts(bad) == [] and _texts(long) == []          # request_fields keeps only a text src of <= 64
