@@ -1,7 +1,11 @@
-"""Status LED: the spec's eight states by priority, with solid, dimmed and smoothly pulsing modes."""
+"""Status LED: the spec's eight states by priority, with solid, dimmed and smoothly pulsing modes, and the token
+recovery code blinked digit by digit while a recovery window is open (show_code)."""
 
 import math
 
+from adafruit_ticks import ticks_diff
+
+from core.elapsed import fresh
 from core.module import Module
 
 # name: (priority, colour name, (r, g, b), mode) — device-api.md "Status LED states".
@@ -19,6 +23,42 @@ STATES = {
 _STEPS = 64
 # One pulse period as a raised cosine (0..255): brightness changes smoothly, never jumps like a blink.
 _PULSE = bytes(int(round(255 * (1 - math.cos(2 * math.pi * i / _STEPS)) / 2)) for i in range(_STEPS))
+
+
+# The recovery code (services/api/auth.py: digits 1..9): a cycle starts with CODE_MARK_MS of solid cyan, then
+# CODE_GAP_MS dark; each digit is that many flashes (CODE_FLASH_ON_MS lit in every CODE_FLASH_MS), each digit
+# followed by CODE_GAP_MS dark. Cyan is no state's colour, so the code cannot be mistaken for a state.
+CODE_RGB = (0, 255, 255)
+CODE_MARK_MS = 2000
+CODE_GAP_MS = 1500
+CODE_FLASH_MS = 600
+CODE_FLASH_ON_MS = 300
+
+
+def code_cycle_ms(code):
+    """How long one showing of code takes, start mark included."""
+    ms = CODE_MARK_MS + CODE_GAP_MS
+    for ch in code:
+        ms += (ord(ch) - 48) * CODE_FLASH_MS + CODE_GAP_MS
+    return ms
+
+
+def code_lit(code, t):
+    """True when the LED is lit t ms (0 <= t) into the showing of code, repeated every code_cycle_ms(code)."""
+    t %= code_cycle_ms(code)
+    if t < CODE_MARK_MS:
+        return True
+    t -= CODE_MARK_MS + CODE_GAP_MS
+    if t < 0:
+        return False
+    for ch in code:
+        flashes = (ord(ch) - 48) * CODE_FLASH_MS
+        if t < flashes:
+            return t % CODE_FLASH_MS < CODE_FLASH_ON_MS
+        t -= flashes + CODE_GAP_MS
+        if t < 0:
+            return False
+    return False
 
 
 def _scale(rgb, level):
@@ -41,6 +81,7 @@ class StatusLed(Module):
         self._active = {"STARTUP"}
         self._shown = None
         self._phase_origin = None
+        self._code = None        # (digits, ticks shown from, for how long in ms) while a recovery code is blinked
 
     def set(self, state, on=True):
         """Turn a state on or off; unknown names are an error."""
@@ -62,9 +103,25 @@ class StatusLed(Module):
                 best = s
         return best
 
+    def show_code(self, code, now_ms, for_ms):
+        """Blink the recovery code (digits 1..9) from now_ms for for_ms, or stop with code None. It is shown above
+        every state but RESET_PENDING, and also with ledEnable off: the owner pressed the button to read it, and it
+        lasts only the recovery window. It never appears in info() or describe()."""
+        self._code = None if code is None else (code, now_ms, for_ms)
+
+    def showing_code(self, now_ms):
+        """True while a recovery code is blinked (dropped once its time is over, wrap-safe)."""
+        c = self._code
+        if c is not None and not fresh(c[1], now_ms, c[2]):
+            self._code = c = None
+        return c is not None
+
     def color_at(self, now_ms):
         """RGB the LED shows at now_ms."""
         state = self.current()
+        if state != "RESET_PENDING" and self.showing_code(now_ms):
+            code = self._code[0]
+            return CODE_RGB if code_lit(code, ticks_diff(now_ms, self._code[1])) else (0, 0, 0)
         if not self.enabled or state is None:
             return (0, 0, 0)
         _prio, _name, rgb, mode = STATES[state]
@@ -110,4 +167,5 @@ class StatusLed(Module):
     def describe(self):
         d = Module.describe(self)
         d["status"] = self.current()
+        d["showing_code"] = self._code is not None   # that one is blinked, never which
         return d

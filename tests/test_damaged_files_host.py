@@ -1,10 +1,11 @@
 """Issue 26, findings 9 and 10 on the host runtime: a settings.json or tokens.json nested too deep (or too large) is
 damaged, the firmware boots and the rest runs; an unreadable token file locks (authentication on, generate refused)
 in every combination with the settings file, and a press of the device's button lets the owner make a new token
-pair without a token (no factory reset)."""
+pair without a token (no factory reset), with the recovery code the device shows on its serial console."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -28,8 +29,9 @@ def _put(state, name, content):
         f.write(content)
 
 
-def _pair(h, headers=None):
-    g = requests.post(h.url + "/api/v1/auth/tokens/generate", headers=headers, timeout=10)
+def _pair(h, headers=None, code=None):
+    body = None if code is None else {"recoveryCode": code}
+    g = requests.post(h.url + "/api/v1/auth/tokens/generate", headers=headers, json=body, timeout=10)
     assert g.status_code == 200, g.text
     read, write = g.json()["pending"]["token_read"], g.json()["pending"]["token_write"]
     c = requests.post(h.url + "/api/v1/auth/tokens/confirm", json={"new_write_token": write}, headers=headers,
@@ -39,9 +41,15 @@ def _pair(h, headers=None):
 
 
 def _press(h):
-    h.control("pin_IO0", "0")       # a short press of BOOT (debounce 30 ms, at least 50 ms held)
+    """A short press of BOOT (debounce 30 ms, at least 50 ms held); the recovery code as the serial console shows it
+    (the host runtime's console is its log file's stdout)."""
+    seen = h.log().count("recovery code ")
+    h.control("pin_IO0", "0")
     time.sleep(0.4)
     h.control("pin_IO0", None)
+    h.wait_for(lambda: h.log().count("recovery code ") > seen, timeout=20)
+    m = re.findall(r"recovery code (\d{3}) (\d{3})", h.log())[-1]
+    return m[0] + m[1]
 
 
 @pytest.mark.parametrize("content", [DEEP, HUGE], ids=["deep", "huge"])
@@ -90,18 +98,26 @@ def test_an_unreadable_token_file_locks_in_every_combination_and_the_button_lets
                 assert h.stop() == 0, case
         # The last combination once more, now with the owner at the device.
         h.start()
-        _press(h)
+        code = _press(h)
         h.wait_for(lambda: "a new token pair may be made" in h.log(), timeout=20)
-        # A page on another origin cannot use the window.
+        # A page on another origin cannot use the window, not even with the code.
         x = requests.post(h.url + "/api/v1/auth/tokens/generate", headers={"Origin": "http://evil.example"},
-                          timeout=10)
+                          json={"recoveryCode": code}, timeout=10)
         assert x.status_code == 403
-        new_read, new_write = _pair(h)
+        # Without the code the device shows, the window is no way in (issue 36 finding 1).
+        x = requests.post(h.url + "/api/v1/auth/tokens/generate", timeout=10)
+        assert x.status_code == 401 and x.json()["code"] == "recovery_code_needed"
+        new_read, new_write = _pair(h, code=code)
         auth = {"Authorization": "Bearer " + new_write}
         assert requests.get(h.url + "/api/v1/settings", headers=auth, timeout=10).status_code == 200
         assert requests.get(h.url + "/api/v1/settings", timeout=10).status_code == 401     # still on
         # One pair per press: the window closed with the confirm.
-        assert requests.post(h.url + "/api/v1/auth/tokens/generate", timeout=10).status_code == 401
+        assert requests.post(h.url + "/api/v1/auth/tokens/generate", json={"recoveryCode": code},
+                             timeout=10).status_code == 401
+        # The code was on the serial console only: not in the flash log, not in /system/info.
+        for path in ("/api/v1/logs/persistent", "/api/v1/logs/ram", "/api/v1/system/info"):
+            r = requests.get(h.url + path, headers=auth, timeout=10)
+            assert r.status_code == 200 and code not in r.text and code[:3] + " " + code[3:] not in r.text, path
         assert h.stop() == 0
         h.start()                                        # and it survives a restart
         assert requests.get(h.url + "/api/v1/settings", headers=auth, timeout=10).status_code == 200

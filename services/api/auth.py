@@ -15,6 +15,8 @@ LEVEL_NAMES = ("none", "READ", "WRITE")
 
 PENDING_MS = 60000   # a generated pair must be confirmed within this (spec: 60 s)
 RECOVERY_MS = 120000  # a button press lets the page make a new pair without a token for this long (docs/api.md)
+RECOVERY_DIGITS = 6   # the recovery code a press makes: six digits 1..9 (the LED blinks each as that many flashes)
+RECOVERY_TRIES = 3    # wrong codes a window takes; the third closes it (3 guesses of 9**6 = 531,441 per press)
 TOKEN_BYTES = 32     # 256 bits from the hardware RNG, sent as 64 hex digits
 
 
@@ -71,6 +73,8 @@ class Tokens:
         self.load_error = None
         self.locked = False    # the token file is there but unreadable: authentication on, no token valid
         self._recovery = None  # ticks of the button press that opened the recovery window, or None
+        self._code = None      # SHA-256 digest of the window's recovery code (the code itself is never kept here)
+        self._tries = 0        # wrong recovery codes this window took
         # Whether authentication is on, kept with the tokens: a damaged settings.json falls back to its defaults,
         # and those must never switch authentication off (fail closed). Only a factory reset removes this file.
         self.required = False
@@ -105,14 +109,55 @@ class Tokens:
         return self._write is not None
 
     def open_recovery(self, now_ms):
-        """A button press on the device: for RECOVERY_MS the page may generate and confirm a pair without a token."""
+        """A button press on the device: for RECOVERY_MS the page may generate a pair without a token if it sends the
+        code returned here, and confirm it. The caller shows the code at the device only (serial console, LED); only
+        its digest stays here, so nothing that describes this object can tell it. A new press makes a new code."""
+        code = self._new_code()
         self._recovery = now_ms
+        self._code = digest(code)
+        self._tries = 0
+        return code
+
+    def _new_code(self):
+        """RECOVERY_DIGITS digits 1..9 from the hardware RNG, uniform (a byte of 252 or more is drawn again)."""
+        digits = ""
+        while len(digits) < RECOVERY_DIGITS:
+            for b in self._urandom(RECOVERY_DIGITS):
+                if b < 252 and len(digits) < RECOVERY_DIGITS:
+                    digits += "123456789"[b % 9]
+        return digits
 
     def recovering(self, now_ms):
         """True while the recovery window a button press opened lasts (wrap-safe; dropped once over)."""
         if self._recovery is not None and not fresh(self._recovery, now_ms, RECOVERY_MS):
-            self._recovery = None
+            self.close_recovery()
         return self._recovery is not None
+
+    def close_recovery(self):
+        self._recovery = None
+        self._code = None
+        self._tries = 0
+
+    def check_recovery(self, code, now_ms):
+        """True when the window is open and code is its recovery code (compared in constant time over the digest).
+        A wrong code counts; the RECOVERY_TRIES-th closes the window (the owner presses again for a new code). Spaces
+        are ignored, so "123 456" is the same code; anything but text is wrong."""
+        if not self.recovering(now_ms):
+            return False
+        ok = False
+        if isinstance(code, str):
+            code = code.replace(" ", "")
+            ok = len(code) == RECOVERY_DIGITS and same(digest(code), self._code)
+        if ok:
+            return True
+        self._tries += 1
+        if self._tries >= RECOVERY_TRIES:
+            self.close_recovery()
+        return False
+
+    def recovery_tries_left(self):
+        """Wrong codes the open window still takes (0 once closed)."""
+        return RECOVERY_TRIES - self._tries if self._recovery is not None else 0
 
     def level(self, token):
         """WRITE, READ or None for a presented token."""
@@ -167,7 +212,7 @@ class Tokens:
         self._store(p[0], p[1], self.required)
         self._read, self._write = p[0], p[1]
         self._pending = None
-        self._recovery = None   # used: one pair per press
+        self.close_recovery()   # used: one pair per press
         self.locked = False
         self.load_error = None
 

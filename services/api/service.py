@@ -9,9 +9,9 @@ from adafruit_ticks import ticks_diff, ticks_ms
 from core.app import LazyRoutes
 from core.elapsed import fresh
 from core.module import Module
-from services.api.auth import OPEN, READ, RECOVERY_MS, WRITE
+from services.api.auth import OPEN, READ, RECOVERY_MS, RECOVERY_TRIES, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
-from services.api.answers import ApiError, error_response
+from services.api.answers import ApiError, error_response, read_json
 from services.api.http_parse import bearer_token
 from services.api.server import HardenedServer
 
@@ -65,7 +65,10 @@ AUTH_TABLE = (
 # The token pair routes a button press on the device opens for RECOVERY_MS (services/api/auth.py) without a token.
 RECOVERY_PATHS = ("/api/v1/auth/tokens/generate", "/api/v1/auth/tokens/confirm")
 UNAUTHORIZED = ("Missing or invalid token. Token lost? Press the device's button briefly: for 2 minutes the page "
-                "may then make a new token pair without one")
+                "may then make a new token pair without one, with the recovery code the device shows (serial "
+                "console, LED)")
+RECOVERY_CODE_NEEDED = ("The recovery window is open: send the recovery code the device shows (serial console, "
+                        "LED) as recoveryCode")
 
 
 def is_emulation(path):
@@ -373,15 +376,35 @@ class HttpApi(Module):
                 ev = self._events.pop() if self._events is not None else None
                 while ev is not None:
                     if ev == ("button", "short"):
-                        auth.open_recovery(now_ms)
-                        self._app.log.info("auth: button pressed, a new token pair may be made for %d s",
-                                           RECOVERY_MS // 1000)
+                        self._open_recovery(auth, now_ms)
                     ev = self._events.pop()
+                if self._code_shown and not auth.recovering(now_ms):
+                    self._show_code(None, now_ms)    # confirmed, timed out or closed by wrong codes: LED as before
         if self._routes_of != len(self._route_modules):
             self._take_routes()
         self._server.poll()
 
     _asked_at = None              # ticks of the last request taken (_dispatch)
+    _code_shown = False           # the LED blinks a recovery code
+
+    def _open_recovery(self, auth, now_ms):
+        """A short press of the button while authentication is on: a recovery window with a new code, shown only at
+        the device (the serial console and the LED), never in the log, an answer or /system/info. With
+        authentication off nothing is locked and the press opens nothing."""
+        if not self._auth_on():
+            return
+        code = auth.open_recovery(now_ms)
+        print("auth: recovery code %s %s (valid %d s): enter it on the page under \"Token lost?\""
+              % (code[:3], code[3:], RECOVERY_MS // 1000))
+        self._show_code(code, now_ms)
+        self._app.log.info("auth: button pressed, a new token pair may be made for %d s with the code the device "
+                           "shows (serial console, LED)", RECOVERY_MS // 1000)
+
+    def _show_code(self, code, now_ms):
+        led = getattr(self._app, "led", None)
+        if led is not None and hasattr(led, "show_code"):
+            led.show_code(code, now_ms, RECOVERY_MS)
+        self._code_shown = code is not None
 
     def busy(self):
         """A connection is open (its answer takes a few more polls), or a request came within follow_up_ms: a page's
@@ -583,11 +606,18 @@ class HttpApi(Module):
         need = OPEN if request.path in self._open_paths else required_level(request.method, request.path)
         if need == OPEN:
             return None
-        if request.path in RECOVERY_PATHS and request.method == "POST" and app.auth.recovering(self._ticks()):
-            # Physical presence: the button was pressed within RECOVERY_MS. Cross-site requests were refused before.
+        have = self._token_level(request)
+        if (have is None or have < need) and request.path in RECOVERY_PATHS and request.method == "POST" and \
+                app.auth.recovering(self._ticks()):
+            # Presence at the device: the button was pressed within RECOVERY_MS and generate carries the code only
+            # the device showed. Confirm needs the pending pair's WRITE token, which only generate's asker has.
+            # Cross-site requests were refused before.
+            if request.path == RECOVERY_PATHS[0]:
+                refused = self._check_recovery_code(request)
+                if refused is not None:
+                    return refused
             self.count("recovery")
             return None
-        have = self._token_level(request)
         if have is None:
             self.count("unauthorized")
             return error_response(request, 401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
@@ -595,6 +625,29 @@ class HttpApi(Module):
             self.count("forbidden")
             return error_response(request, 403, "This endpoint needs the WRITE token", key="write_token_needed")
         return None
+
+    def _check_recovery_code(self, request):
+        """None when generate's body carries the open window's recovery code ({"recoveryCode": "123456"}), else the
+        answer: 401 without a code (nothing counted: a stranger without one cannot close the owner's window), 403
+        for a wrong one (counted: the third closes the window, auth.RECOVERY_TRIES). The code is never echoed."""
+        auth = self._app.auth
+        body = read_json(request, required=False)
+        code = body.get("recoveryCode") if body is not None else None
+        if code is None:
+            self.count("recovery_code_missing")
+            return error_response(request, 401, RECOVERY_CODE_NEEDED, key="recovery_code_needed",
+                                  headers={"WWW-Authenticate": "Bearer"})
+        if auth.check_recovery(code, self._ticks()):
+            return None
+        self.count("recovery_code_wrong")
+        left = auth.recovery_tries_left()
+        if left:
+            return error_response(request, 403, "Wrong recovery code: %d more tries in this window" % left,
+                                  key="recovery_code_wrong")
+        self._app.log.warning("auth: %d wrong recovery codes, the window is closed: press the button again",
+                              RECOVERY_TRIES)
+        return error_response(request, 403, "Wrong recovery code: the window is closed. Press the device's button "
+                              "again for a new code", key="recovery_closed")
 
     def describe(self):
         d = Module.describe(self)
