@@ -1,8 +1,9 @@
 """Issue 26 finding 10 in Chromium: a device whose tokens.json is unreadable is locked (authentication on, no token
-valid). The owner presses the device's button; the page's token prompt then makes a new pair without a token, and
-the page goes on with it: no factory reset, the settings stay."""
+valid). The owner presses the device's button; the page's token prompt then makes a new pair without a token, with the
+recovery code the device shows (issue 36), and the page goes on with it: no factory reset, the settings stay."""
 
 import os
+import re
 import time
 
 import requests
@@ -35,6 +36,11 @@ def test_a_locked_out_owner_gets_back_in_by_the_button(browser, tmp_path_factory
         time.sleep(0.4)
         h.control("pin_IO0", None)
         h.wait_for(lambda: "a new token pair may be made" in h.log(), timeout=20)
+        # The press alone is not enough (issue 36 finding 1): the page must send the code the device shows.
+        lost.get_by_role("button", name="Neue Tokens erzeugen").click()
+        lost.locator(".msg", has_text="Den Code eingeben").wait_for()
+        code = re.findall(r"recovery code (\d{3} \d{3})", h.log())[-1]      # as the serial console prints it
+        lost.get_by_label("Code vom Gerät").fill(code)
         lost.get_by_role("button", name="Neue Tokens erzeugen").click()
         lost.locator("[data-test=pending]").wait_for()
         write = lost.locator("[data-test=token-write]").inner_text()

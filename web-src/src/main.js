@@ -78,7 +78,7 @@ function TokenPrompt({ ask, onDone }) {
       <div class="row"><button type="submit">${t('signIn')}</button>
         <button type="button" onClick=${() => onDone(false)}>${t('cancel')}</button></div>
       <details data-test="tok-lost"><summary>${t('tokenLost')}</summary><p>${t('tokenLostHelp')}</p>
-        <${Rotation} name="Meter Plus" prompt=${false} onConfirmed=${() => onDone(true)} /></details>
+        <${Rotation} name="Meter Plus" prompt=${false} recovery onConfirmed=${() => onDone(true)} /></details>
     </form></div></div>`;
 }
 

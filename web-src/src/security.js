@@ -28,8 +28,11 @@ const CopyButton = ({ text, label, onCopy }) => {
     onClick=${() => copy(text).then(() => { setDone(true); onCopy && onCopy(); }, () => setDone(false))}>${word}</button>`;
 };
 
-export function Rotation({ onConfirmed, name, prompt = true }) {
+// recovery: in the token prompt, where the page has no valid token: the code the device shows after a press of its
+// button goes with generate (services/api/service.py).
+export function Rotation({ onConfirmed, name, prompt = true, recovery = false }) {
   const [pending, setPending] = useState(null);
+  const [code, setCode] = useState('');
   const [left, setLeft] = useState(0);
   const [msg, setMsg] = useState(null);
   const [keep, setKeep] = useState(remembered());
@@ -54,7 +57,8 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
     setSaved(false);
     setCopied(false);
     try {
-      const r = await api('/auth/tokens/generate', { method: 'POST', prompt });
+      const body = recovery && code.trim() ? { recoveryCode: code.trim() } : undefined;
+      const r = await api('/auth/tokens/generate', { method: 'POST', body, prompt });
       const until = Date.now() + (r.expires_in || 60) * 1000;
       setPending({ ...r.pending, until });
       setLeft(r.expires_in || 60);
@@ -81,6 +85,9 @@ export function Rotation({ onConfirmed, name, prompt = true }) {
   const row = (label, tok, test) => html`<dt>${label}</dt><dd><code data-test=${test}>${tok}</code> <${CopyButton} text=${tok} label=${label} onCopy=${() => setCopied(true)} /></dd>`;
   return html`<div class="card"><h2>${t('rotate')}</h2>
     <p>${t('rotateHelp')}</p>
+    ${recovery && html`<label for="rec-code">${t('recoveryCode')}</label>
+      <input id="rec-code" inputmode="numeric" autocomplete="off" value=${code} onInput=${(e) => setCode(e.target.value)}
+        onKeyDown=${(e) => e.key === 'Enter' && (e.preventDefault(), generate())} />`}
     <div class="row"><button type="button" onClick=${generate}>${t('rotate')}</button></div>
     ${pending && html`<div class="pending" data-test="pending" tabindex="-1" ref=${box}>
       <p><strong>${t('pending')}</strong></p>
