@@ -751,3 +751,108 @@ def test_a_lazy_route_module_is_imported_at_the_first_request_for_its_paths(tmp_
     finally:
         api.stop()
         sys.modules.pop("lazy_routes_probe", None)
+
+
+@pytest.fixture
+def stepped():
+    """/work answers after three steps, one per poll; its log says which poll ran which step and whether its cleanup
+    ran; /fail raises in its second step, /refuse raises an ApiError there, /never never gives an answer."""
+    log = []
+
+    def work(request):
+        try:
+            for i in range(3):
+                log.append(i)
+                yield None
+            yield JSONResponse(request, {"steps": 3})
+        finally:
+            log.append("closed")
+
+    def fail(request):
+        yield None
+        raise ValueError("boom")
+
+    def refuse(request):
+        from services.api.answers import ApiError
+
+        yield None
+        raise ApiError(409, "not now")
+
+    def never(request):
+        while True:
+            yield None
+
+    h = Harness([Route("/work", GET, work), Route("/fail", GET, fail), Route("/refuse", GET, refuse),
+                 Route("/never", GET, never)])
+    h.log = log
+    yield h
+    h.stop()
+
+
+def test_an_answer_made_in_steps_takes_one_step_a_poll_and_its_cleanup_runs(stepped):
+    """A handler that returns a generator gets one step per poll, from the poll after its request came (an import
+    on the device is a whole-heap collection: two in one cycle is what this is for), and is closed once it answered."""
+    s = stepped.connect()
+    s.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.05)
+    stepped.poll(1)                      # the request is read and dispatched: no step in this poll
+    assert stepped.log == []
+    for n in (1, 2, 3):
+        stepped.poll(1)
+        assert stepped.log == list(range(n))
+    answer = read_all(s, stepped)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b'{"steps": 3}')
+    assert stepped.log == [0, 1, 2, "closed"]
+
+
+def test_a_connection_working_on_its_answer_is_not_shed_for_newcomers(stepped):
+    """While the device works on an answer the client waits through no fault of its own: newcomers do not take its
+    slot however long it takes (up to work_deadline_ms), and it gets its answer."""
+    s = stepped.connect()
+    s.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.05)
+    stepped.poll(1)
+    stepped.clock.advance(HardenedServer.answer_stall_ms + HardenedServer.stall_ms)
+    others = [stepped.connect() for _ in range(3)]       # silent newcomers
+    stepped.poll(1)
+    answer = read_all(s, stepped)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and stepped.log[-1] == "closed"
+    for o in others:
+        o.close()
+
+
+def test_a_client_that_leaves_while_its_answer_is_made_closes_the_work(stepped):
+    """A client gone mid-way: the generator is closed (its cleanup runs, e.g. the settings job let go)."""
+    s = stepped.connect()
+    s.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.05)
+    stepped.poll(2)
+    assert stepped.log == [0]
+    stepped.server.stop()
+    assert stepped.log == [0, "closed"]
+    s.close()
+
+
+@pytest.mark.parametrize("path, status", [("/fail", b"500"), ("/refuse", b"409")])
+def test_a_step_that_raises_answers_like_a_handler_that_raises(stepped, path, status):
+    s = stepped.connect()
+    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    answer = read_all(s, stepped)
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:60]
+    assert stepped.server.connections() == 0
+
+
+def test_an_answer_never_made_is_a_503_at_the_work_deadline_across_the_tick_wrap(stepped):
+    """The deadline is wrap-safe: the clock starts just before ticks_ms wraps (2**29)."""
+    stepped.clock.now = (1 << 29) - 50
+    s = stepped.connect()
+    s.sendall(b"GET /never HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.05)
+    stepped.poll(3)
+    stepped.clock.advance(HardenedServer.work_deadline_ms - 1)
+    stepped.poll(3)
+    assert stepped.server.connections() == 1
+    stepped.clock.advance(1)
+    answer = read_all(s, stepped)
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:60]
+    assert stepped.server.counters.get("work_timeouts") == 1

@@ -93,7 +93,17 @@ def stream(request):
     return ChunkedResponse(request, body, content_type="text/plain")
 def boom(request):
     raise KeyError("bug")
-ROUTES = [Route("/hi", [GET, POST], hi), Route("/s", GET, stream), Route("/boom", GET, boom)]
+STEPS = []
+def steps(request):
+    try:
+        for i in range(2):
+            STEPS.append(i)
+            yield None
+        yield JSONResponse(request, {"steps": len(STEPS)})
+    finally:
+        STEPS.append("closed")
+ROUTES = [Route("/hi", [GET, POST], hi), Route("/s", GET, stream), Route("/boom", GET, boom),
+          Route("/steps", GET, steps)]
 def dispatch(request):
     # By plain path: the VM's re has no match.groups() that Route.matches needs (CircuitPython's full build has).
     for r in ROUTES:
@@ -132,6 +142,8 @@ show("big", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 99999\r\n\r\n"], polls
 show("badjson", serve([b"POST /hi HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n{"]))
 show("garbage", serve([b"\x01\x02\r\n\r\n"], advance=250))
 show("http10", serve([b"GET /hi HTTP/1.0\r\n\r\n"]))
+show("steps", serve([b"GET /steps HTTP/1.1\r\n\r\n"]))
+print("stepslog", STEPS)
 print("open", srv.connections(), sorted(srv.counters.items()))
 show("nospace", serve([b"GET /hi?q=1 HTTP/1.1\r\nHost:x\r\nX-A:\x0bTransfer-Encoding: chunked\r\n\r\n"]))
 show("dupcl", serve([b"POST /hi HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"], advance=250))
@@ -175,6 +187,8 @@ def test_server_paths_in_micropython_vm():
     assert lines["timeout"] == 'HTTP/1.1 408 True {"error": "Request timeout", "code": "timeout"}'
     assert lines["closed"] == " True "  # no answer to a peer that left
     assert lines["stream"] == "HTTP/1.1 200 True 6|part0;|6|part1;|6|part2;|0||"
+    assert lines["steps"] == 'HTTP/1.1 200 True {"steps": 2}'   # an answer made in steps (a generator)
+    assert lines["stepslog"] == "[0, 1, 'closed']"
     assert lines["boom"] == 'HTTP/1.1 500 True {"error": "Internal error", "code": "device_error"}'
     assert lines["big"].startswith("HTTP/1.1 413 True ")
     assert lines["badjson"] == 'HTTP/1.1 400 True {"error": "Malformed JSON", "code": "bad_request"}'

@@ -574,6 +574,7 @@ def test_the_checks_are_loaded_for_the_job_and_let_go_after_it(tmp_path):
     from services.api import routes_settings
 
     jobs = ("core.settings_check", "services.api.settings_job")
+    jobs_sorted = sorted(jobs)
     saved = {n: sys.modules.pop(n) for n in jobs if n in sys.modules}
     try:
         s = make(tmp_path)
@@ -587,7 +588,15 @@ def test_the_checks_are_loaded_for_the_job_and_let_go_after_it(tmp_path):
         post = routes_settings.routes(app)[1]
         request = SimpleNamespace(body=b'{"ledEnable": false}',
                                   headers=Headers({"Content-Type": "application/json"}))
-        post.handler(request)
+        work = post.handler(request)
+        loaded = []
+        for answer in work:            # the server's _work: one step a poll until the answer comes
+            loaded.append(sorted(n for n in jobs if n in sys.modules))
+            if answer is not None:
+                break
+        work.close()                   # what the server does once the answer is there
+        # one import per step (each is a whole-heap collection on the device), then the job's step
+        assert loaded == [["core.settings_check"], jobs_sorted, jobs_sorted] and answer._status.code == 200
         assert s.get("ledEnable") is False and not any(n in sys.modules for n in jobs)
     finally:
         sys.modules.update(saved)

@@ -17,6 +17,7 @@ PINNED_VERSION = "4.8.2"   # the private Response methods used below (_send_head
 _RECV = const(0)     # reading head and body
 _SEND = const(1)     # draining the answer (and pulling chunks of a ChunkedResponse)
 _DRAIN = const(2)    # answer sent; discarding an unread body so the close does not reset the answer away
+_WORK = const(3)     # the handler makes its answer in steps, one per poll (a generator: see _work)
 _ENOTCONN_LWIP = const(128)   # a non-blocking recv from a closed peer on the device
 _ETIMEDOUT_LWIP = const(116)
 # CircuitPython's errno lacks EPIPE; 32 is its value on CPython and lwIP.
@@ -25,6 +26,13 @@ _GONE = (errno.ECONNRESET, errno.ENOTCONN, getattr(errno, "EPIPE", 32), errno.EB
 _SEND_SLICE = const(1024)     # bytes handed to send() at once: lwIP's send buffer is a few KB
 _CHUNK_REFILL = const(512)    # pull the next chunk when less than this is pending
 _LONG_AGO = const(1 << 28)    # what elapsed() says of a stamp ticks_diff can no longer place
+
+
+def _steps():
+    yield
+
+
+_STEPS = type(_steps())   # what a handler returns to make its answer over several polls
 
 
 def elapsed(now, stamp):
@@ -60,6 +68,7 @@ class _Conn:
         self.after = None       # request.after_sent: called once the answer went out (e.g. the reboot)
         self.take_over = None   # request.take_over(sock, addr): gets the socket instead of a close (a WebSocket)
         self.request = None
+        self.work = None        # the handler's generator while the answer is made in steps (_WORK)
         self.drain = False      # unread input may follow an early answer: drain it before closing
         self.slotted = False    # holds one of the max_connections slots (a newcomer does not yet)
         self.starved = False    # the last read stopped at our per-poll budget, not at an empty socket
@@ -118,6 +127,7 @@ class HardenedServer(Server):
     bad_ms = 10000             # an address whose connection stalled or ran out of time this recently is a "stalling"
     #                            one: a newcomer of another address may take its receiving connection's slot
     bad_peers = 8              # stalling addresses remembered (a fixed table, the oldest entry gives its place)
+    work_deadline_ms = 20000   # an answer made in steps must be ready within this (then 503)
     accept_every_ms = 0        # > 0: while no client is connected, the listener is asked only this often (an empty
     #                            accept() raises EAGAIN, and an exception is heap garbage); HttpApi sets it
 
@@ -245,6 +255,8 @@ class HardenedServer(Server):
         byte (stall_ms when pressed: an answer waits for the socket); an answer that is flowing is never stalled,
         however long it takes.
         """
+        if c.phase == _WORK:
+            return False     # the device is working on its answer: not the client's stall
         limit = self.answer_stall_ms if c.phase == _SEND and not pressed else self.stall_ms
         return elapsed(now, c.progress) >= limit
 
@@ -424,6 +436,8 @@ class HardenedServer(Server):
     # --- one connection ---
 
     def _step(self, c, now):
+        if c.phase == _WORK:         # first here, so a request's first step comes in the poll after it was read
+            self._work(c, now)
         if c.phase == _RECV:
             # Read first: after a long cycle the whole request may be waiting, and that is not the client's fault.
             if not self._receive(c, now):
@@ -527,7 +541,18 @@ class HardenedServer(Server):
                 self._answering = None
             c.after = getattr(request, "after_sent", None)
             c.take_over = getattr(request, "take_over", None)
-            if not c.slotted and isinstance(response, ChunkedResponse) and not self._room_for(c, now, True)[0]:
+            if type(response) is _STEPS:
+                if c.slotted or self._room_for(c, now, True)[0]:
+                    # Made over the next polls (one step each): an import on the device is a whole-heap collection,
+                    # so a request that needs two must not pay both inside one cycle.
+                    c.work = response
+                    c.enter(_WORK, now, self.work_deadline_ms)
+                    self._count("requests")
+                    return
+                response.close()
+                self._count("busy")
+                response = error_response(request, 503, "Server busy", headers={"Retry-After": "1"}, key="busy")
+            elif not c.slotted and isinstance(response, ChunkedResponse) and not self._room_for(c, now, True)[0]:
                 # A stream needs a slot for many polls and every slot is busy: a clear "later" instead of a
                 # newcomer that would hold the momentary socket (and stop all accepting) while it trickles out.
                 self._count("busy")
@@ -541,6 +566,44 @@ class HardenedServer(Server):
             response = error_response(request, 500, "Internal error")
         self._start_answer(c, response, now)
         self._count("requests")
+
+    def _work(self, c, now):
+        """One step of an answer made in steps: the handler's generator yields None while it has more to do, then
+        its Response (or raises, like a handler). Closed once it gave its answer, so its cleanup (finally) runs."""
+        request = c.request
+        self._answering = c
+        try:
+            response = next(c.work)
+            if response is None and elapsed(now, c.since) >= c.limit:
+                self._count("work_timeouts")
+                response = error_response(request, 503, "Took too long: try again", headers={"Retry-After": "5"})
+            elif response is not None:
+                c.after = getattr(request, "after_sent", None)
+                c.take_over = getattr(request, "take_over", None)
+        except StopIteration:
+            response = error_response(request, 500, "Handler gave no answer")
+        except ApiError as exc:
+            response = error_response(request, exc.status, exc.message, exc.fields, exc.headers, exc.code)
+        except Exception as exc:
+            self._count("handler_errors")
+            if self._log is not None:
+                self._log.error("%s %s: %s %s", request.method, request.path, type(exc).__name__, exc)
+            response = error_response(request, 500, "Internal error")
+        finally:
+            self._answering = None
+        if response is None:
+            return
+        self._end_work(c)
+        self._start_answer(c, response, now)
+
+    @staticmethod
+    def _end_work(c):
+        work, c.work = c.work, None
+        if work is not None:
+            try:
+                work.close()
+            except Exception:
+                pass
 
     def _start_answer(self, c, response, now):
         """Render the response into the connection's output (a ChunkedResponse only its head: chunks follow)."""
@@ -705,6 +768,7 @@ class HardenedServer(Server):
         return True
 
     def _close(self, c):
+        self._end_work(c)
         self._safe_close(c.sock)
 
     @staticmethod
