@@ -660,9 +660,11 @@ def flash_lines(result, figs):
         if not e or e["stall_us"] is None:
             lines.append("    %-14s did not happen in the window" % kind)
             continue
-        lines.append("    %-14s stall %6.1f S3 ms (max %7.1f), its cycle %6.1f, alive waiting for it %6.1f"
+        lines.append("    %-14s stall %6.1f S3 ms (max %7.1f), its cycle %6.1f, alive waiting for it %6.1f%s"
                      % (kind, e["stall_us"] / 1000, e["stall_us_max"] / 1000, e["cycle_us"] / 1000,
-                        (e["alive_us"] or 0) / 1000))
+                        (e["alive_us"] or 0) / 1000,
+                        ", the save answered in %.1f (HTTP %s)" % (e["post_us"] / 1000, e["post_status"])
+                        if e.get("post_us") is not None else ""))
     worst = []
     for key in ("flash_worst_cycle_ms", "flash_worst_alive_ms"):
         v = figs.get(key)

@@ -506,7 +506,8 @@ class FlashEvents:
                 "cycle_us": step[0] if step else None, "step_stall_us": step[3] if step else None,
                 "alive_us": cur["alive"].took if answered else None,
                 "alive_status": cur["alive"].status if answered else None,
-                "post_status": cur["post"].status if cur["post"] is not None else None}
+                "post_status": cur["post"].status if cur["post"] is not None else None,
+                "post_us": cur["post"].took if cur["post"] is not None else None}
             if "flush_ms" in cur:
                 self.slots["flash_log"].module.flush_ms = cur["flush_ms"]
             self.cur = None
