@@ -90,4 +90,4 @@ def test_the_runtime_budget_leaves_http_its_three():
     assert budget.may_take()                   # 6 held + the session, HTTP 2: one free left for its second client
     app.modbus.n = 2
     assert not budget.may_take()
-    assert budget.describe() == {"held": 7, "total": 8, "refused": 2}
+    assert budget.describe() == {"held": 7, "total": 8, "refused": 2, "reclaimed": 0}
