@@ -583,8 +583,9 @@ def test_a_reading_left_on_the_bus_stays_stale_across_the_tick_wrap():
 
 def test_two_idle_connections_cannot_lock_a_third_client_out(srv):
     """The audit's lock-out: two connections that say nothing held both slots for 5 minutes (renewable). After
-    shed_idle_ms without a request the longest-idle one gives its slot to a newcomer, which gets its answers."""
-    a, b = raw(srv), raw(srv)
+    shed_idle_ms without a request the longest-idle one gives its slot to a newcomer, which gets its answers. (Two
+    addresses: a third connection of an address that holds two takes its own least recently served one's slot.)"""
+    a, b = raw_from(srv, "127.0.0.2"), raw_from(srv, "127.0.0.3")
     try:
         a.sendall(read_req(1, BASE, 1))
         assert len(recv_exact(a, 11)) == 11
@@ -710,9 +711,15 @@ class _NoRoom:
 
     def __init__(self):
         self.asked = 0
+        self.refused = 0
 
-    def may_take(self, n=1):
+    def could_take(self, n=1, rank=None):
         self.asked += 1
+        return False
+
+    def may_take(self, n=1, rank=None):
+        self.asked += 1
+        self.refused += 1
         return False
 
 

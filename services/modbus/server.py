@@ -7,6 +7,7 @@ from micropython import const
 
 from core.elapsed import fresh
 from core.module import OK, WARN, Module
+from core.sockbudget import ANON, IDLE, KNOWN
 from meter.decimal import parse_ct
 from services.modbus.sunspec_map import SunSpecMap, energy_sf, registers_json
 
@@ -87,7 +88,11 @@ class ModbusServer(Module):
 
     name = "modbus"
     poll_every_ms = 50      # energy managers ask every 1-5 s; 50 ms added is not felt
-    max_clients = 2
+    max_clients = 2           # the clients the socket budget counts on (core/sockbudget.py MODBUS_CLIENTS)
+    # With a budget, up to extra_clients more while it has sockets to spare (Modbus alone: a third energy manager is
+    # served beside two that poll every 10 s); such a borrowed socket is the first one given back to a known taker
+    # (rank ANON: an NTP round, Home Assistant's WebSocket session), never one of the max_clients.
+    extra_clients = 2
     idle_ms = 300000          # a client without a complete request for 5 minutes is closed
     # At the limit a newcomer from another address takes a slot (_shed_for): from an address holding both, the one
     # it asked least recently on; else the slot of a client that never asked within grace_ms of connecting; else
@@ -100,7 +105,10 @@ class ModbusServer(Module):
     # pipeline that died and can publish nothing: a Reading this old is never served as current.
     stale_ms = 15000
     backlog = 1
-    budget = None             # core.sockbudget.SocketBudget (the wiring sets it): asked before each accept
+    # core.sockbudget.SocketBudget (the wiring sets it): asked before each accept; it may ask this server to give up
+    # an idle client for another taker (reclaimable(), reclaim()) and the WebSocket to give up an anonymous session
+    # for a Modbus newcomer
+    budget = None
 
     # port_override: the host runtime's --modbus-port; serial and version go into model 1 (SN, Vr).
     def __init__(self, pool, bus, settings, host="0.0.0.0", port_override=None, serial="", version="", log=None):
@@ -114,7 +122,8 @@ class ModbusServer(Module):
         self._version = version
         self._log = log
         self._changes = bus.subscribe("settings", 4)
-        self._clients = [_Client() for _ in range(self.max_clients)]
+        self._clients = [_Client() for _ in range(self.max_clients + self.extra_clients)]
+        self._now = 0             # the last poll's ticks: the budget may ask for a client between two polls
         self._listen = None
         self.enabled = False
         self.port = 0
@@ -233,6 +242,7 @@ class ModbusServer(Module):
             reading = None
         if reading is not self.map.source:
             self.map.update(reading)
+        self._now = now_ms
         if self._listen is None:
             return
         # clients first: a client that just hung up frees its slot before a newcomer is judged, so a
@@ -250,31 +260,39 @@ class ModbusServer(Module):
             if exc.errno != errno.EAGAIN:
                 self.count("accept_errors")   # e.g. out of sockets (ENFILE): the peer sees a reset
             return
-        if self.budget is not None and not self.budget.may_take():
-            # Keeping it would leave HTTP short of its listener and two clients: closed within this poll (asked
-            # after accept, so an idle poll costs no budget count; the momentary socket is back before HTTP polls).
-            self.count("budget_refused")
-            try:
-                sock.close()
-            except OSError:
-                pass
-            return
+        budget = self.budget
+        n = self.active_connections()
+        limit = self.max_clients + (self.extra_clients if budget is not None else 0)
         free = None
-        for c in self._clients:
-            if c.sock is None:
-                free = c
-                break
+        short = False        # the budget had no socket for it (rather than every slot being taken)
+        if n < limit:
+            # One of the max_clients is a known taker: it may take an anonymous WebSocket session's socket or an
+            # idle client's; a client beyond them only borrows a free socket (or an idle client's). Asked after
+            # accept, so an idle poll costs no budget count; the momentary socket is back before HTTP polls.
+            rank = KNOWN if n < self.max_clients else ANON
+            if budget is None or (budget.could_take(1, rank) and budget.may_take(1, rank)):
+                for c in self._clients[:limit]:
+                    if c.sock is None:
+                        free = c
+                        break
+            else:
+                short = True
         if free is None:
-            # Both slots taken: connections that ask rarely (or never) must not lock every other client out, and one
-            # address must not hold both while another waits (_shed_for).
+            # No socket to add: the newcomer takes the slot of a client that asks rarely (or never) or of an address
+            # holding two while it waits (_shed_for), so the count of sockets stays as it is. Tried before refusing
+            # (issue 36: the budget refused every newcomer before this ran).
             free = self._shed_for(addr[0] if addr else None, now_ms)
             if free is not None:
                 self.count("shed")
                 self._drop(free)
         if free is None:
-            # a third client while both are busy is accepted and closed at once: it sees the close immediately
-            # instead of hanging in the backlog, and the two sockets of the served clients stay untouched
-            self.count("refused")
+            # Closed within this poll: it sees the close at once instead of hanging in the backlog, and the served
+            # clients' sockets stay untouched.
+            if short:
+                self.count("budget_refused")      # keeping it would leave HTTP short of its listener and two clients
+                budget.refused += 1
+            else:
+                self.count("refused")
             try:
                 sock.close()
             except OSError:
@@ -286,6 +304,49 @@ class ModbusServer(Module):
         free.last_ms = now_ms
         self.count("accepted")
 
+    def _spare(self, now_ms):
+        """(client, rank) of the client this server gives up first when another taker needs its socket, or
+        (None, None): IDLE for one that asked nothing within grace_ms, one quiet for shed_idle_ms, or the least
+        recently served of an address holding more than one quiet for grace_ms; ANON for the least recently served
+        beyond max_clients (a borrowed socket). Never one waiting for its answer."""
+        best, best_rank, best_idle = None, None, -1
+        n = self.active_connections()
+        for c in self._clients:
+            if c.sock is None or c.txn:
+                continue
+            idle = self._idle(c, now_ms)
+            rank = None
+            if (not c.asked and idle >= self.grace_ms) or idle >= self.shed_idle_ms:
+                rank = IDLE
+            elif idle >= self.grace_ms and c.peer is not None and self._held_by(c.peer[0]) > 1:
+                rank = IDLE
+            elif n > self.max_clients:
+                rank = ANON
+            if rank is None:
+                continue
+            if best is None or rank < best_rank or (rank == best_rank and idle > best_idle):
+                best, best_rank, best_idle = c, rank, idle
+        return best, best_rank
+
+    def _held_by(self, host):
+        """Slots held by address host."""
+        n = 0
+        for d in self._clients:
+            if d.sock is not None and d.peer is not None and d.peer[0] == host:
+                n += 1
+        return n
+
+    def reclaimable(self):
+        """The rank (core/sockbudget.py) of the client socket reclaim() would give up, or None."""
+        return self._spare(self._now)[1]
+
+    def reclaim(self):
+        """Give up the client _spare() names: another taker of a higher rank needs its socket."""
+        c = self._spare(self._now)[0]
+        if c is not None:
+            self.count("shed")
+            self._drop(c)
+
     def _idle(self, c, now_ms):
         """Milliseconds since c's last request (or its accept); a stamp too old for ticks_diff counts as idle_ms."""
         d = ticks_diff(now_ms, c.last_ms)
@@ -295,24 +356,31 @@ class ModbusServer(Module):
         """The client whose slot a newcomer from address peer takes, or None (the newcomer is refused).
 
         A client waiting for its answer is never shed. In order: the least recently served client of another
-        address that holds more than one slot (one slot per address while another waits); a newcomer's own
-        address's slot only when that one is quiet for shed_idle_ms (a reconnect after a lost connection); a client
-        that sent no request within grace_ms of connecting; the least recently served one quiet for shed_idle_ms.
+        address that holds more than one slot (one slot per address while another waits); when the newcomer's own
+        address holds more than one, the least recently served of them quiet for grace_ms (the same host opens
+        another: it keeps its others); else a newcomer's own address's slot only when that one is quiet for
+        shed_idle_ms (a reconnect after a lost connection); a client that sent no request within grace_ms of
+        connecting; the least recently served one quiet for shed_idle_ms.
         """
         best = None
         best_idle = -1
         for c in self._clients:       # an address holding more than one slot
             if c.sock is None or c.txn or c.peer is None or c.peer[0] == peer:
                 continue
-            n = 0
-            for d in self._clients:
-                if d.sock is not None and d.peer is not None and d.peer[0] == c.peer[0]:
-                    n += 1
             idle = self._idle(c, now_ms)
-            if n > 1 and idle > best_idle:
+            if self._held_by(c.peer[0]) > 1 and idle > best_idle:
                 best, best_idle = c, idle
         if best is not None:
             return best
+        if peer is not None and self._held_by(peer) > 1:
+            for c in self._clients:   # the newcomer's own address holds more than one
+                if c.sock is None or c.txn or c.peer is None or c.peer[0] != peer:
+                    continue
+                idle = self._idle(c, now_ms)
+                if idle >= self.grace_ms and idle > best_idle:
+                    best, best_idle = c, idle
+            if best is not None:
+                return best
         for c in self._clients:
             if c.sock is None or c.txn:
                 continue
