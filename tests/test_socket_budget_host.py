@@ -216,10 +216,14 @@ def test_what_fits_serves_the_standard_load_two_floating_sockets(tmp_path_factor
         # after the first reading) can keep the loop a few cycles from that, and while it still counts, the
         # session below would be the second one, refused by the budget.
         assert host.wait_for(lambda: _ws_sessions(host) == 0, timeout=10)
-        s = socket.create_connection(("127.0.0.1", host.port), timeout=3)     # a session that stays
+        # A session that stays, from the device's own page (its Origin: with authentication off it comes before
+        # anonymous ones, issue 36): an anonymous one would give its socket to a Modbus newcomer
+        # (tests/test_socket_budget_reclaim*.py)
+        s = socket.create_connection(("127.0.0.1", host.port), timeout=3)
         key = base64.b64encode(os.urandom(16)).decode()
         s.sendall(("GET /rpc HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (host.port, key)).encode())
+                   "Origin: http://127.0.0.1:%d\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                   % (host.port, host.port, key)).encode())
         assert s.recv(4096).startswith(b"HTTP/1.1 101")
         time.sleep(0.5)        # one session now
         m = socket.create_connection(("127.0.0.1", host.modbus_port), timeout=3)   # a Modbus client that stays

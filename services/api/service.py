@@ -591,6 +591,12 @@ class HttpApi(Module):
             auth = self._app.auth
             level = auth.level(token) if token and auth is not None else None
             request.token_level = level
+            sockets = getattr(self._app, "sockets", None)
+            addr = request.client_address
+            if level is not None and sockets is not None and isinstance(addr, tuple) and addr:
+                # A known address (core/sockbudget.py): its token-free WebSocket session (Home Assistant's Shelly
+                # integration beside its WattWaechter one) comes before a stranger's.
+                sockets.vouch(addr[0], self._ticks())
         return level
 
     def _auth_on(self):

@@ -42,6 +42,35 @@ def _http_status(err):
     return 503 if err.code == rpc.UNAVAILABLE else 404 if err.code == rpc.NOT_FOUND else 400
 
 
+def _standing(app, request):
+    """The standing (services/emulation/shelly_ws.py) of a WebSocket newcomer: TOKEN with a valid token in its
+    Authorization header; else what the socket budget knows of its address (VOUCHED: it showed a token to the API
+    within the hour, as Home Assistant's WattWaechter integration does; SETTLED: a session of it was served for
+    10 minutes within the hour); the device's own page (a same-origin Origin: foreign() let it by) counts as
+    SETTLED while authentication is off (a script can send any Origin, so it never outranks a known client; with
+    authentication on the page's own token calls make its address VOUCHED); else ANON."""
+    from services.api.http_parse import bearer_token
+    from services.emulation import shelly_ws
+
+    token = bearer_token(request.headers.get("Authorization"))
+    auth = getattr(app, "auth", None)
+    if token and auth is not None and auth.level(token) is not None:
+        return shelly_ws.TOKEN
+    budget = getattr(app, "sockets", None)
+    addr = request.client_address
+    host = addr[0] if isinstance(addr, tuple) and addr else None
+    standing = shelly_ws.standing_of(budget.known(host, ticks_ms())) if budget is not None else shelly_ws.ANON
+    if standing < shelly_ws.SETTLED and request.headers.get("Origin") and not _auth_on(app):
+        standing = shelly_ws.SETTLED
+    return standing
+
+
+def _auth_on(app):
+    """Authentication is on (the settings or the token file say so), as the API service decides it."""
+    auth = getattr(app, "auth", None)
+    return bool(app.settings.get("api_auth_required", False)) or (auth is not None and bool(auth.required))
+
+
 def routes(app):
     """[Route] of the emulated Shelly; app.shelly_ident (shelly_rpc.Identity), bus, settings, energy floor."""
 
@@ -124,12 +153,17 @@ def routes(app):
             # entities go unavailable rather than show old values, and it tries again on its own (every 60 s).
             return error_response(request, 503, "No fresh meter reading", key="stale",
                                   headers={"Retry-After": "10"})
-        if not app.shelly_ws.room():
+        ws = app.shelly_ws
+        standing = _standing(app, request)
+        if not ws.room(standing):
             return error_response(request, 503, "Both WebSocket sessions are in use", key="busy",
                                   headers={"Retry-After": "60"})
         from services.emulation.ws_frames import accept_key
 
-        request.take_over = app.shelly_ws.adopt
+        def take_over(sock, addr):
+            ws.adopt(sock, addr, standing)
+
+        request.take_over = take_over
         return Response(request, "", status=(101, "Switching Protocols"), content_type=None,
                         headers={"Upgrade": "websocket", "Connection": "Upgrade",
                                  "Sec-WebSocket-Accept": accept_key(key)})

@@ -8,6 +8,7 @@ import json
 
 from adafruit_ticks import ticks_diff
 
+from core import sockbudget
 from core.elapsed import fresh
 from core.module import Module
 from core.sockets import EAGAIN, close_quietly, errno_of
@@ -15,12 +16,32 @@ from services.emulation import shelly_rpc, ws_frames
 from services.emulation.meter_view import STALE_MS, view
 
 
+# A session's standing, highest first (issue 36 point 4): a newcomer takes the place of a session of a lower one only
+# (else of one silent for replace_after_ms), and the socket budget may give an ANON session's socket to a known
+# taker (a Modbus client, Home Assistant's session). ANON is never given a known one's socket.
+TOKEN = 4     # the handshake carried a valid token (Authorization: Bearer)
+VOUCHED = 3   # the address showed a valid token to the API within the hour (Home Assistant's WattWaechter integration)
+SETTLED = 2   # the address held a session that was served for settled_ms within the hour (Home Assistant with
+#               authentication off), or the device's own page (same-origin Origin) while authentication is off
+ANON = 1      # anything else
+
+
+def standing_of(known):
+    """The standing of a session whose address the socket budget knows as known (sockbudget.STRANGER, SETTLED,
+    VOUCHED)."""
+    return VOUCHED if known == sockbudget.VOUCHED else SETTLED if known == sockbudget.SETTLED else ANON
+
+
 class _Session:
     """One adopted connection: its socket, unread input, pending output, when a byte last came in."""
 
-    def __init__(self, sock, addr, now, size):
+    def __init__(self, sock, addr, now, size, standing=ANON):
         self.sock = sock
         self.addr = addr
+        self.standing = standing   # at adoption; its address may become known later (ShellyWs._standing)
+        self.since = now           # adopted at: served for settled_ms, its address is SETTLED
+        self.settled = False       # latched once it was (a stamp days old could look recent again)
+        self.vouched = now         # when its address was last vouched for (at most once a minute)
         self.inbuf = bytearray(size)
         self.n = 0
         self.out = b""
@@ -42,7 +63,10 @@ class ShellyWs(Module):
     for ping_after_ms gets a ping (aiohttp, under aioshelly, pings only after 55 s without a frame from us, so
     while we push it never does: the pong is what shows it is still there). A newcomer takes the place of a
     session silent for over replace_after_ms, else it is refused: a handshake every few seconds must not keep Home
-    Assistant disconnected (issue 26)."""
+    Assistant disconnected (issue 26). A newcomer of a higher standing (TOKEN > VOUCHED > SETTLED > ANON) takes the
+    place of the lowest one below it at once; the socket budget may take an anonymous session's socket for a known
+    taker (reclaimable(), reclaim()): two strangers' sessions never keep Home Assistant or a Modbus client out
+    (issue 36)."""
 
     name = "shelly_ws"
     max_sessions = 2
@@ -55,6 +79,7 @@ class ShellyWs(Module):
     out_mark = 2048           # while this much waits for the client, no further request is taken
     notify_gap_ms = 900       # at most one NotifyStatus a this (a 1-s meter: every reading; a 4/s one: ~1 a second)
     lag_limit = 10            # a subscribed session that took none of this many notifications in a row is dropped
+    settled_ms = 600000       # a session served this long makes its address SETTLED (for sockbudget.KNOWN_MS)
 
     def __init__(self, bus, settings, ident, energy_floor=None, uptime=None, ticks=None, unix_ms=None):
         Module.__init__(self)
@@ -69,6 +94,7 @@ class ShellyWs(Module):
         self._unix_ms = unix_ms     # callable(ticks) -> UTC Unix ms of that moment, or None before a clock sync
         self._pushed = None         # the reading last pushed (the object: no tick wrap can make an old one look new)
         self._push_at = None
+        self._pruned = None         # when the budget's known addresses were last pruned (once a minute)
 
     def sessions(self):
         """How many sessions are open."""
@@ -85,47 +111,100 @@ class ShellyWs(Module):
         for s in self._sessions:
             if fresh(s.heard, now, self.replace_after_ms + 1):
                 continue
-            a = ticks_diff(now, s.heard)
-            a = a if a >= 0 else 1 << 30          # a stamp that looks like the future is very old
+            a = self._quiet(s, now)
             if a > age:
                 pick, age = s, a
         return pick
 
-    def room(self):
-        """True when a newcomer would be adopted: a free place, or a session silent for over replace_after_ms."""
-        return len(self._sessions) < self.max_sessions or self._silent(self._now_ms()) is not None
+    @staticmethod
+    def _quiet(s, now):
+        """Milliseconds since s last sent anything; a stamp that looks like the future is very old."""
+        a = ticks_diff(now, s.heard)
+        return a if a >= 0 else 1 << 30
 
-    def adopt(self, sock, addr):
-        """Take over a connection whose 101 answer went out; it replaces a session silent for over replace_after_ms
-        when every place is taken, else it is closed (the handshake refuses such a newcomer already: room())."""
+    def _standing(self, s, now):
+        """s's standing now: at adoption, or what its address has become known as since (a later token, settled)."""
+        if s.standing >= VOUCHED or self.budget is None:
+            return s.standing
+        known = standing_of(self.budget.known(s.addr[0] if s.addr else None, now))
+        return known if known > s.standing else s.standing
+
+    def _victim(self, standing, now):
+        """The session a newcomer of standing replaces: the lowest-standing one below it (the longest silent of
+        those), else one silent for over replace_after_ms, else None."""
+        pick, low, age = None, standing, -1
+        for s in self._sessions:
+            st = self._standing(s, now)
+            if st < low or (st == low and pick is not None and self._quiet(s, now) > age):
+                pick, low, age = s, st, self._quiet(s, now)
+        return pick if pick is not None else self._silent(now)
+
+    @staticmethod
+    def rank(standing):
+        """The socket budget's rank (core/sockbudget.py) of a session of standing."""
+        return sockbudget.ANON if standing <= ANON else sockbudget.KNOWN
+
+    def room(self, standing=ANON):
+        """True when a newcomer of standing would be adopted: a free place the socket budget has (or can free) a
+        socket for, or a session it may replace."""
+        now = self._now_ms()
+        if len(self._sessions) < self.max_sessions:
+            return self.budget is None or self.budget.could_take(1, self.rank(standing))
+        return self._victim(standing, now) is not None
+
+    def adopt(self, sock, addr, standing=ANON):
+        """Take over a connection whose 101 answer went out; with every place taken it replaces the session
+        _victim() names, else it is closed (the handshake refuses such a newcomer already: room())."""
         if not self._settings.get("emulation.shelly", False):
             close_quietly(sock)
             return
         now = self._now_ms()
-        if len(self._sessions) < self.max_sessions and self.budget is not None and not self.budget.may_take():
-            # The socket moves from HTTP (which no longer counts it while handing it over) to this session: refused
-            # when HTTP would then lack its listener and two clients (a newcomer that replaces a session frees that
-            # one's socket, so it needs no check).
-            self.count("budget_refused")
-            close_quietly(sock)
-            return
-        while len(self._sessions) >= self.max_sessions:
-            old = self._silent(now)
+        if len(self._sessions) >= self.max_sessions:
+            # Replacing a session frees that one's socket: no budget check.
+            old = self._victim(standing, now)
             if old is None:
                 self.count("refused")
                 close_quietly(sock)
                 return
             self._drop(old, "replaced")
+        elif self.budget is not None and not self.budget.may_take(1, self.rank(standing)):
+            # The socket moves from HTTP (which no longer counts it while handing it over) to this session: refused
+            # when HTTP would then lack its listener and two clients and no lower-ranked socket could be freed.
+            self.count("budget_refused")
+            close_quietly(sock)
+            return
         try:
             sock.setblocking(False)
         except OSError:
             close_quietly(sock)
             return
-        self._sessions.append(_Session(sock, addr, now, self.max_frame + 14))
+        self._sessions.append(_Session(sock, addr, now, self.max_frame + 14, standing))
         self.count("adopted")
+
+    def reclaimable(self):
+        """sockbudget.ANON while an anonymous session is open (the budget may give its socket to a known taker),
+        else None: a known session is never given up for another feature."""
+        now = self._now_ms()
+        for s in self._sessions:
+            if self._standing(s, now) <= ANON:
+                return sockbudget.ANON
+        return None
+
+    def reclaim(self):
+        """Close the anonymous session silent the longest: a known taker needs its socket."""
+        now = self._now_ms()
+        pick, age = None, -1
+        for s in self._sessions:
+            if self._standing(s, now) <= ANON and self._quiet(s, now) > age:
+                pick, age = s, self._quiet(s, now)
+        if pick is not None:
+            self._drop(pick, "reclaimed")
 
     def poll(self, now_ms):
         self._now = now_ms
+        if self.budget is not None and (self._pruned is None or not fresh(self._pruned, now_ms, 60000)):
+            self._pruned = now_ms
+            self.budget.prune(now_ms)   # the known addresses' stamps must not outlive the tick wrap
         if not self._sessions:
             return
         if not self._settings.get("emulation.shelly", False):
@@ -281,6 +360,11 @@ class ShellyWs(Module):
         s.n += got
         s.heard = now_ms
         s.pinged = False
+        if not s.settled and not fresh(s.since, now_ms, self.settled_ms):
+            s.settled = True
+        if s.settled and self.budget is not None and not fresh(s.vouched, now_ms, 60000):
+            s.vouched = now_ms          # served for settled_ms: its address is known for the next hour
+            self.budget.vouch(s.addr[0] if s.addr else None, now_ms, sockbudget.SETTLED)
         return self._answer_buffered(s, now_ms)
 
     def _answer_buffered(self, s, now_ms):
