@@ -206,9 +206,11 @@ def test_honest_request_is_answered_in_the_accepting_poll_while_slots_are_held(h
     hello.server.poll()  # one poll, no time passes: nobody is stalled yet
     answer = _answer_now(honest)
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b'{"hello": true}')
-    assert hello.server.counters["refused"] == 20  # newcomers with no complete request and no free slot
-    assert all(_closed_by_server(s) for s in waiting)
-    assert hello.server.connections() == 2  # the two slot holders were not touched
+    # Newcomers with no complete request and no free slot are refused; the first of them waits in the momentary
+    # place for its request (every slot is its own address's: _own_grace), and accepting went on past it.
+    assert hello.server.counters["refused"] == 19
+    assert not _closed_by_server(waiting[0]) and all(_closed_by_server(s) for s in waiting[1:])
+    assert hello.server.connections() == 3  # the two slot holders were not touched
     for s in held + waiting:
         s.close()
 
@@ -264,16 +266,22 @@ def test_a_peer_holding_both_slots_yields_one_to_another_peer(hello):
     hog = [_partial(hello, "127.0.0.2") for _ in range(2)]
     hello.poll(2)
     assert hello.server.connections() == 2
-    same = _partial(hello, "127.0.0.2")  # the hog's third: nobody stalled, it gets nothing
+    same = _partial(hello, "127.0.0.2")  # the hog's third: nobody stalled, it waits in the momentary place
     hello.poll(2)
-    assert _closed_by_server(same) and hello.server.counters["refused"] == 1
+    assert not _closed_by_server(same) and "refused" not in hello.server.counters
+    late = _partial(hello, "127.0.0.2")  # its fourth: the momentary place is taken, it gets nothing
+    hello.poll(2)
+    assert _closed_by_server(late) and hello.server.counters["refused"] == 1
     other = _partial(hello, "127.0.0.3")  # another device gets the hog's oldest slot at once
     hello.poll(2)
     assert _closed_by_server(hog[0]) and not _closed_by_server(hog[1]) and not _closed_by_server(other)
     assert hello.server.counters["evicted"] == 1
+    hello.clock.advance(HardenedServer.stall_ms)    # all stalled now: the momentary place is given back at once,
+    hello.poll(2)                                   # by the longest silent (the hog's older slot)
+    assert _closed_by_server(hog[1]) and not _closed_by_server(other) and hello.server.connections() == 2
     other.sendall(b"Host: x\r\n\r\n")
     assert read_all(other, hello).startswith(b"HTTP/1.1 200")
-    for s in hog + [same]:
+    for s in hog + [same, late]:
         s.close()
 
 

@@ -144,6 +144,7 @@ class HardenedServer(Server):
         self._conns = []
         self._listen_at = None     # ticks of the last accept() that found nobody waiting
         self._handing = None       # the connection whose socket take_over is getting: no longer the server's
+        self._grace = None         # the newcomer waiting in the momentary place for its request (_own_grace)
         self._answering = None     # the connection whose request the handler is answering now
         self.flooding = None       # (peer, now) -> True while the API's rate limits refuse peer (HttpApi sets it)
         self._bad_peer = [None] * self.bad_peers   # addresses whose connections stalled or timed out, and when
@@ -223,6 +224,8 @@ class HardenedServer(Server):
 
     def _finish(self, c):
         """Close a connection (or hand it to its taker once the whole answer went out) and run its after_sent once."""
+        if self._grace is c:
+            self._grace = None
         take, c.take_over = c.take_over, None
         if take is not None and c.phase == _SEND and c.sent >= len(c.out) and c.chunks is None:
             self._handing = c          # the socket budget counts it as the taker's from here (core/sockbudget.py)
@@ -341,6 +344,24 @@ class HardenedServer(Server):
                     worst, worst_age = d, age
         return worst
 
+    def _own_grace(self, c):
+        """True when every slot is held by c's own address and the momentary socket is free: c may wait there for
+        its request (until it stalls, stall_ms) instead of being refused. Its address can only be crowding itself
+        out: a script stalling on the owner's computer must not cost the owner's browser there its requests (whose
+        bytes may come a moment after the connection), and the floor (_floor_victim) is for addresses that behave."""
+        if len(self._conns) != self.max_connections:
+            return False
+        for d in self._conns:
+            if d.peer != c.peer:
+                return False
+        self._grace = c
+        return True
+
+    def _graced(self):
+        """True when the one connection over max_connections is a graced newcomer still waiting for its request."""
+        g = self._grace
+        return len(self._conns) == self.max_connections + 1 and g is not None and g.phase == _RECV and g in self._conns
+
     def _evict(self, c):
         if c.phase == _RECV:
             self._mark_stalling(c.peer, self._ticks())   # shed for a newcomer while it had not said its request
@@ -358,11 +379,14 @@ class HardenedServer(Server):
         """
         for _ in range(self.accept_per_poll):
             if len(self._conns) > self.max_connections:
-                # The momentary socket is held by an answer: free it (or a stalled slot) before judging more.
+                # The momentary socket is held by an answer: free it (or a stalled slot) before judging more. Held
+                # by a newcomer of the address that holds both slots (_own_grace), accepting goes on: the next
+                # newcomers are answered at accept or refused, and that one keeps its place for its request.
                 victim = self._victim(now, pressed=True)
-                if victim is None:
+                if victim is not None:
+                    self._evict(victim)
+                elif not self._graced():
                     return
-                self._evict(victim)
             try:
                 sock, addr = self._sock.accept()
             except OSError as exc:
@@ -425,11 +449,13 @@ class HardenedServer(Server):
         if victim is not None:
             self._evict(victim)
         elif not ok:
-            if c.phase == _RECV:
+            if c.phase == _RECV and not self._own_grace(c):
                 self._count("refused")
                 self._finish(c)
                 return
-            self._count("over_limit")  # a short answer the socket did not take at once: the momentary socket
+            # A short answer the socket did not take at once, or a newcomer of the address that holds every slot
+            # (it waits there for its request, _own_grace): the momentary socket.
+            self._count("over_limit")
         c.slotted = True
         self._conns.append(c)
 
