@@ -12,7 +12,6 @@ from services.emulation.meter_view import view
 
 
 _LONG_AGO = const(1 << 28)      # what _age says of a stamp ticks_diff cannot place (small ints: < 2**30)
-_EMPTY = const((1 << 28) + 1)   # an empty row of the peer table: older than any
 
 
 def own_addresses(radio):
@@ -48,18 +47,33 @@ class ShellyUdp(Module):
     emulation.shelly is on, on emulation.shellyUdpPort and shellyUdpPort2 (0 = that one off): each is one of the
     device's 8 sockets.
 
-    Fair and no reflector (docs/emulation.md): each source gets per_source answers per second (a fixed table of
-    peers addresses, the least recently heard one replaced), all sources together total_per_s; a datagram over
-    either limit is read and dropped before it is parsed, so a flood is drained as fast as it comes instead of
-    filling the socket's queue in front of the battery's request. No answer goes to a broadcast, multicast or
-    own address or to port 0, and none is sent that is more than max_gain times the request's size."""
+    Fair and no reflector (docs/emulation.md): each source gets per_source answers per second, all sources
+    together total_per_s; a datagram over either limit is read and dropped before it is parsed, so a flood is
+    drained as fast as it comes instead of filling the socket's queue in front of the battery's request. No answer
+    goes to a broadcast, multicast or own address or to port 0, and none is sent that is more than max_gain times
+    the request's size.
+
+    Known sources keep a floor: a source that asked steadily for earn_ms (no pause over seen_ms, never over
+    per_source in a second: a battery asking every 1-4 s) is known, and each known source heard within seen_ms has
+    per_source of the total_per_s reserved for it; all other sources, however many, share the rest as one pool. At
+    most known_max sources are known at once (the first to earn it keep it: a battery that asked for the last hour
+    is not pushed aside by addresses that ask politely for a minute and then all flood within their per_source). So
+    16 or 40 flooding addresses, each within its per_source or not, take only the pool and never the battery's
+    answers. The peer table is fixed (peers rows): a new source takes a free row or a stranger's (one not heard
+    within seen_ms, else the one whose steady run is youngest: a flooder's restarts every second it floods, so
+    flooders take each other's rows and a steady source keeps its own), never a known source's. A known source that
+    goes over per_source is a stranger again, one silent for keep_ms is forgotten."""
 
     name = "shelly_udp"
     max_per_poll = 4          # datagrams answered per socket and poll: a flood cannot starve the loop
     reads_per_poll = 32       # datagrams read per socket and poll: the ones over a limit cost a read, not a parse
     per_source = 4            # answers per source address per second (a battery asks every 1-4 s)
     total_per_s = 48          # answers per second to everyone: 8 flooding sources beside the battery still fit
-    peers = 16                # sources remembered: a fixed table, the least recently heard one gives its place
+    peers = 16                # sources remembered: a fixed table, a stranger's row gives its place (see above)
+    earn_ms = 60000           # a source asking steadily this long is known: a floor of per_source answers a second
+    seen_ms = 30000           # a pause this long ends a steady run; a known source heard this recently is about
+    keep_ms = 3600000         # a known source is forgotten after this long without a request
+    known_max = 6             # known sources at most: their floors (24 answers a second) leave the pool half
     max_gain = 24             # an answer at most this many times the request (EM.GetStatus to the smallest request:
     #                           20x; Shelly.GetStatus to a 29-byte request, 40x: not sent)
     own_every_ms = 5000       # the device's own addresses are read again this often
@@ -93,8 +107,13 @@ class ShellyUdp(Module):
         self._peer_at = [0] * self.peers
         self._peer_n = [0] * self.peers
         self._peer_heard = [0] * self.peers
+        self._peer_since = [0] * self.peers    # start of its steady run
+        self._peer_known = [False] * self.peers
         self._total_at = None     # the all-sources window
-        self._total_n = 0
+        self._total_n = 0         # answers in it to everyone
+        self._known_n = 0         # ... to known sources
+        self._reserved = 0        # answers a second reserved for the known sources about (worked out each window)
+        self._pruned_at = None
         # The ports are read again only when the settings change: an idle poll allocates nothing of its own.
         self._changes = bus.subscribe("settings", 4)
         self._ports = self.wanted_ports()
@@ -129,6 +148,9 @@ class ShellyUdp(Module):
         if self._served_at is not None and 0 <= ticks_diff(now_ms, self._served_at) < self.serve_every_ms:
             return
         self._served_at = now_ms
+        if self._pruned_at is None or _age(now_ms, self._pruned_at) >= 1000:
+            self._pruned_at = now_ms
+            self._prune(now_ms)
         for port in self._ports:
             sock = self._socks.get(port)
             if sock is not None:
@@ -143,41 +165,100 @@ class ShellyUdp(Module):
             return False
         self._refresh_own(now_ms)
         slot = -1
-        oldest = -1
-        oldest_age = -1
         for i in range(self.peers):
             if self._peer_ip[i] == ip:
                 slot = i
                 break
-            age = _age(now_ms, self._peer_heard[i]) if self._peer_ip[i] is not None else _EMPTY
-            if age > oldest_age:
-                oldest, oldest_age = i, age
         if slot < 0:
             # Only a good sender gets a row (so the check, which parses the address, runs once per new source,
             # and forged broadcast or multicast senders never push a battery out of the table).
             if self._bad_sender(ip):
                 self.count("bad_sender")
                 return False
-            slot = oldest
+            slot = self._free_row(now_ms)
+            if slot < 0:
+                self.count("no_row")      # every row is a known source's: they come first
+                return False
             self._peer_ip[slot] = ip
             self._peer_at[slot] = now_ms
             self._peer_n[slot] = 0
+            self._peer_since[slot] = now_ms
+            self._peer_known[slot] = False
+        elif _age(now_ms, self._peer_heard[slot]) >= self.seen_ms:
+            self._peer_since[slot] = now_ms       # a pause: the steady run begins again
         self._peer_heard[slot] = now_ms
         if _age(now_ms, self._peer_at[slot]) >= 1000:
             self._peer_at[slot] = now_ms
             self._peer_n[slot] = 0
-        if self._peer_n[slot] >= self.per_source:
-            self.count("source_limited")
-            return False
         if self._total_at is None or _age(now_ms, self._total_at) >= 1000:
             self._total_at = now_ms
             self._total_n = 0
-        if self._total_n >= self.total_per_s:
+            self._known_n = 0
+            self._reserved = self.per_source * self._known_about(now_ms, True)
+        known = self._peer_known[slot]
+        self._peer_n[slot] += 1                   # every datagram counts, answered or not: a source the total
+        if self._peer_n[slot] > self.per_source:  # refuses must not look steady while it floods
+            self._peer_since[slot] = now_ms       # over its limit: not steady, a stranger again
+            if known:
+                self._peer_known[slot] = False
+                self._reserved = max(0, self._reserved - self.per_source)
+            self.count("source_limited")
+            return False
+        if not known and _age(now_ms, self._peer_since[slot]) >= self.earn_ms:
+            self._peer_since[slot] = now_ms       # a full table: it may try again after another earn_ms
+            if self._known_about(now_ms, False) < self.known_max:
+                known = self._peer_known[slot] = True
+                self._reserved += self.per_source
+        if known:
+            ok = self._known_n < self._reserved or self._total_n < self.total_per_s
+        else:
+            ok = self._total_n - self._known_n < self.total_per_s - self._reserved and \
+                self._total_n < self.total_per_s
+        if not ok:
             self.count("total_limited")
             return False
-        self._peer_n[slot] += 1
         self._total_n += 1
+        if known:
+            self._known_n += 1
         return True
+
+    def _free_row(self, now_ms):
+        """The row a new source takes: a free one, else a stranger's (one not heard within seen_ms first, else the
+        one whose steady run is youngest), never a known source's; -1 when every row is known."""
+        best = -1
+        best_rank = -1
+        for i in range(self.peers):
+            if self._peer_ip[i] is None:
+                return i
+            if self._peer_known[i]:
+                continue
+            heard = _age(now_ms, self._peer_heard[i])
+            # older silence first; among sources about, the youngest run (smallest age) first
+            rank = heard + _LONG_AGO if heard >= self.seen_ms else _LONG_AGO - min(_age(now_ms, self._peer_since[i]),
+                                                                                   _LONG_AGO)
+            if rank > best_rank:
+                best, best_rank = i, rank
+        return best
+
+    def _known_about(self, now_ms, about):
+        """Known sources (about: only those heard within seen_ms)."""
+        n = 0
+        for i in range(self.peers):
+            if self._peer_known[i] and self._peer_ip[i] is not None and \
+                    (not about or _age(now_ms, self._peer_heard[i]) < self.seen_ms):
+                n += 1
+        return n
+
+    def _prune(self, now_ms):
+        """Once a second: rows silent beyond keep_ms (known) or seen_ms (strangers) are freed, so no stamp in the
+        table grows old enough for the tick wrap to make it look recent again."""
+        for i in range(self.peers):
+            if self._peer_ip[i] is not None and \
+                    _age(now_ms, self._peer_heard[i]) >= (self.keep_ms if self._peer_known[i] else self.seen_ms):
+                self._peer_ip[i] = None
+                self._peer_known[i] = False
+        if self._total_at is not None and _age(now_ms, self._total_at) >= 1000:
+            self._total_at = None
 
     def _refresh_own(self, now_ms):
         """Read the device's own addresses again every own_every_ms; when they changed, the table is emptied (its
