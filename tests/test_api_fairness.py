@@ -1,6 +1,7 @@
-"""Fairness of the HTTP budgets between addresses (issue 26, findings 3 and 4): a floor for every recently seen
-address, unauthenticated requests on a budget of their own; floods from 1, 2 and 8 addresses (127.0.0.x) and the
-quiet client (Home Assistant with its READ token, a battery on /rpc, the owner's page) served every time."""
+"""Fairness of the HTTP budgets between addresses (issue 26, findings 3 and 4; issue 36, finding 5): a floor for
+every known client (asked politely for a minute, or showed a token), all strangers one pool, unauthenticated requests
+on a budget of their own; floods from 1, 2 and 8 addresses (127.0.0.x) and the quiet client (Home Assistant with its
+READ token, a battery on /rpc, the owner's page) served every time. Many addresses: tests/test_fairness_many.py."""
 
 import socket
 
@@ -15,16 +16,18 @@ from tests.test_api_guards import Api, _first_pair
 
 # --- the limiter alone ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flooders", [1, 2, 8])
+@pytest.mark.parametrize("flooders", [1, 2, 8, 16, 40])
 def test_a_quiet_address_keeps_its_floor_beside_flooding_addresses(flooders):
     clock = SteppedClock(start=(1 << 29) - 15000)               # across the tick wrap
     rl = RateLimiter(25, 10000)
+    for _ in range(14):                                         # Home Assistant was there before the flood: known
+        assert rl.allow(clock(), "10.0.0.7")
+        clock.advance(5000)
+    assert rl.known("10.0.0.7")
     accepted = []
     quiet_refused = 0
     for step in range(600):                                     # 60 s in 100 ms steps
         now = clock()
-        if step == 0:                                           # Home Assistant was there before the flood
-            assert rl.allow(now, "10.0.0.7")
         for f in range(flooders):                               # each flooder asks 5 times every 100 ms
             for _ in range(5):
                 if rl.allow(now, "10.0.0.%d" % (100 + f)):
@@ -45,9 +48,11 @@ def test_a_quiet_address_keeps_its_floor_beside_flooding_addresses(flooders):
 
 def test_the_floor_table_is_bounded():
     rl = RateLimiter(25, 10000)
+    rows = list(rl._rows)
     for i in range(200):
         rl.allow(i, "10.0.%d.%d" % (i // 250, i % 250))
-    assert len(rl._seen) <= RateLimiter.seen_max
+    assert rl._rows == rows and all(a is b for a, b in zip(rl._rows, rows))     # the same rows, reused in place
+    assert len(rl._rows) == RateLimiter.rows
 
 
 # --- through the API: unauthenticated requests have a budget of their own (finding 4) -----------------------------
@@ -115,6 +120,9 @@ def test_the_quiet_client_of_rpc_and_the_page_is_served_beside_floods(tmp_path, 
     api.port = __import__("tests.inproc", fromlist=["server_port"]).server_port(api.api)
     api.host = "127.0.0.1:%d" % api.port
     try:
+        for _ in range(65000 // (every * 500) + 2):             # the battery, the owner asked before: known
+            assert _send_from(api, "127.0.0.1", "GET", path) == 200
+            api.clock.advance(every * 500)
         statuses = []
         for step in range(80):                                  # 40 s in 500 ms steps
             for f in range(flooders):
@@ -159,12 +167,13 @@ def _get_from(source, port, path, timeout=5):
 
 @pytest.mark.slow   # 20 s of flooding per case, in real time
 @pytest.mark.parametrize("flooders", [1, 2, 8])
-def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_path, flooders):
+def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_path, flooders, monkeypatch):
     import threading
     import time
 
     from tests.inproc import api_in_thread
 
+    monkeypatch.setattr(RateLimiter, "earn_ms", 1500)          # known after 1.5 s of polite asking, not a minute
     stop = threading.Event()
     flood = []
 
@@ -173,6 +182,9 @@ def test_a_battery_on_rpc_is_answered_every_time_beside_concurrent_floods(tmp_pa
             flood.append(_get_from(source, port, "/rpc/EM.GetStatus"))
 
     with api_in_thread(_rpc_app(tmp_path), [_Rpc()]) as port:
+        for _ in range(5):                          # the battery asked before the flood
+            assert _get_from("127.0.0.1", port, "/rpc/EM.GetStatus") == 200
+            time.sleep(0.5)
         threads = [threading.Thread(target=flooder, args=("127.0.0.%d" % (2 + i % flooders), port), daemon=True)
                    for i in range(max(4, flooders))]
         for t in threads:
@@ -221,14 +233,18 @@ def _hostile(source, port, stop, style):
 
 @pytest.mark.slow   # 16 s of flooding per case, in real time
 @pytest.mark.parametrize("flooders", [2, 8])
-def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hammer(tmp_path, flooders):
+def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hammer(tmp_path, flooders, monkeypatch):
     import threading
     import time
 
     from tests.inproc import api_in_thread
 
+    monkeypatch.setattr(RateLimiter, "earn_ms", 1500)          # known after 1.5 s of polite asking, not a minute
     stop = threading.Event()
     with api_in_thread(_rpc_app(tmp_path), [_Rpc()]) as port:
+        for _ in range(4):                          # the owner's page polled the API before: known to the page's
+            assert _get_from("127.0.0.1", port, "/api/v1/nothing") == 404       # budget too
+            time.sleep(0.6)
         threads = [threading.Thread(target=_hostile, args=("127.0.0.%d" % (2 + i), port, stop, style), daemon=True)
                    for i in range(flooders) for style in ("idle", "loris", "hammer")]
         for t in threads:
@@ -247,13 +263,14 @@ def test_the_owners_page_loads_every_time_while_addresses_hold_trickle_and_hamme
 
 
 def test_an_address_that_left_the_table_and_came_back_is_counted_with_its_stamps():
-    rl = RateLimiter(25, 10000)
+    rl = RateLimiter(25, 120000)                    # a window longer than seen_ms: stamps outlive the row
     assert all(rl.allow(i, "10.0.0.1") for i in range(5))
-    for i in range(RateLimiter.seen_max):          # twelve others push it out of the table
-        rl.allow(10 + i, "10.1.0.%d" % i)
-    assert "10.0.0.1" not in [e[0] for e in rl._seen]
-    for t in (100, 9000, 10050, 10100):             # back while its old stamps are in the window, and after
+    for i in range(RateLimiter.rows):               # sixteen others, a minute later, push it out of the table
+        rl.allow(61000 + i, "10.1.0.%d" % i)
+    assert "10.0.0.1" not in [e[0] for e in rl._rows]
+    for t in (61100, 90000, 120003, 120100):        # back while its old stamps are in the window, and after
         rl.allow(t, "10.0.0.1")
         rl.prune(t)
-        row = [e[2] for e in rl._seen if e[0] == "10.0.0.1"]
+        row = [e[2] for e in rl._rows if e[0] == "10.0.0.1"]
         assert row == [rl.held("10.0.0.1")], (t, row)
+        assert rl._pool == rl.used()                # strangers all: every stamp is the pool's

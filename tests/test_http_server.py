@@ -528,8 +528,9 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
 
 def test_one_flooding_address_cannot_take_the_whole_budget_while_another_waits():
     """The audit: under a 14 req/s flood from one address another got 429 on 8 of 9 tries. The device-wide 25 per
-    10 s stays; once the other address was refused, the flood may hold at most 15 of them, so the other gets the
-    slots that free up: at most its first try is refused. Stepped clock, across the tick wrap."""
+    10 s stays; the other address, known by asking politely for a minute before the flood (issue 36: strangers
+    share one pool, services/api/ratelimit.py), keeps its floor and is never refused. Stepped clock, across the tick
+    wrap."""
     from tests.steppedclock import SteppedClock
 
     clock = SteppedClock()
@@ -537,9 +538,9 @@ def test_one_flooding_address_cannot_take_the_whole_budget_while_another_waits()
     accepted = []             # (tick, who)
     b_refused = 0
     b_tries = 0
-    for step in range(300):   # 30 s in 100 ms steps: A asks at every step (10/s, more than the budget), B every 1.2 s
+    for step in range(-700, 300):   # B every 1.2 s from 70 s before; A from 0 s asks at every step (10/s)
         now = clock()
-        if rl.allow(now, "10.0.0.66"):
+        if step >= 0 and rl.allow(now, "10.0.0.66"):
             accepted.append((step, "A"))
         if step % 12 == 5:
             b_tries += 1
@@ -548,7 +549,7 @@ def test_one_flooding_address_cannot_take_the_whole_budget_while_another_waits()
             else:
                 b_refused += 1
         clock.advance(100)
-    assert b_tries == 25 and b_refused == 0
+    assert b_tries == 83 and b_refused == 0
     for i in range(len(accepted)):               # never more than 25 in any 10 s window, whoever asked
         window = [s for s, _w in accepted if accepted[i][0] <= s < accepted[i][0] + 100]
         assert len(window) <= 25

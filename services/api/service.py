@@ -11,6 +11,7 @@ from core.elapsed import fresh
 from core.module import Module
 from services.api.auth import OPEN, READ, RECOVERY_MS, RECOVERY_TRIES, WRITE
 from services.api.origin import cross_site, device_names, host_allowed
+from services.api.ratelimit import LENT, STRANGER, TOKEN, RateLimiter
 from services.api.answers import ApiError, error_response, read_json
 from services.api.http_parse import bearer_token
 from services.api.server import HardenedServer
@@ -85,182 +86,6 @@ def required_level(method, path):
         if path.startswith(prefix) and (want is None or want == method):
             return level
     return WRITE
-
-
-class RateLimiter:
-    """Sliding window: at most limit requests in any window_ms, device-wide (a FIFO ring of accepted requests' ticks
-    and who sent them), shared with a floor for every address. The addresses that asked within seen_ms are "about";
-    one refused within the window is "flooding". The polite addresses and the flooders as one group split the window
-    evenly (each polite one is sure of limit // (polite + 1) requests per window, the flooders share one such part);
-    what an address takes beyond its floor may not eat into the floors the others have not used yet, and one below
-    its floor that finds the window full takes the place of the oldest stamp of the address most above its own
-    (_reclaim). So one flooding address, or two, or eight, never take the budget from a client that asks within
-    its floor (Home Assistant, a battery, the owner's page: beside any number of flooders, half the window); a
-    client alone still has all of it.
-
-    The addresses are kept in a table of at most seen_max (the least recently heard one gives its place) with the
-    requests each holds in the window, so a decision costs one pass over that table, not over the ring.
-
-    A stamp leaves the ring as soon as it is window_ms old or appears to lie in the future. prune() runs in every
-    poll, so no stamp lives long enough for the tick wrap to matter: ticks_diff is only meaningful within
-    +-2**28 ms, and a stamp kept for days would otherwise look recent again and refuse every request for up to
-    ~75 h (refused requests are not recorded, so retrying never helped).
-    """
-
-    seen_max = 12     # addresses remembered (the newest ones): a home LAN's clients and a few flooders
-    seen_ms = 60000   # an address that asked this recently is "about" (Home Assistant polls every 5-30 s)
-
-    def __init__(self, limit=25, window_ms=10000, reserve=None):
-        self.limit = limit
-        self.window_ms = window_ms
-        self._times = [0] * limit
-        self._who = [None] * limit
-        self._head = 0    # index of the oldest stamp
-        self._count = 0
-        # [address, ticks of its last request (allowed or not), requests held in the window, ticks of its last
-        # refusal or None]
-        self._seen = []
-
-    def prune(self, now):
-        """Drop the stamps that left the window (or look like the future: stale beyond the wrap)."""
-        while self._count:
-            if fresh(self._times[self._head], now, self.window_ms):
-                break
-            who = self._who[self._head]
-            if who is not None:
-                for e in self._seen:
-                    if e[0] == who:
-                        if e[2] > 0:
-                            e[2] -= 1
-                        break
-            self._who[self._head] = None
-            self._head = (self._head + 1) % self.limit
-            self._count -= 1
-        for e in self._seen:
-            if not fresh(e[1], now, self.seen_ms) and e[2] <= 0:
-                # rebuilt only when one left: an idle prune allocates nothing
-                self._seen = [e for e in self._seen if fresh(e[1], now, self.seen_ms) or e[2] > 0]
-                break
-
-    def held(self, who):
-        """Requests of who in the current window."""
-        n = 0
-        for i in range(self._count):
-            if self._who[(self._head + i) % self.limit] == who:
-                n += 1
-        return n
-
-    def _entry(self, who, now):
-        """who's row of the table, moved to the end (most recently heard), made if new (the table stays bounded)."""
-        mine = None
-        for e in self._seen:
-            if e[0] == who:
-                mine = e
-                break
-        if mine is not None:
-            if self._seen[-1] is not mine:
-                self._seen.remove(mine)
-                self._seen.append(mine)
-        else:
-            mine = [who, now, self.held(who), None]   # its stamps still in the window, if it left the table
-            self._seen.append(mine)
-            if len(self._seen) > self.seen_max:
-                self._seen.pop(0)
-        mine[1] = now
-        return mine
-
-    def allow(self, now, who=None):
-        """Record and allow a request of address who, or refuse it (a refused request is not recorded)."""
-        self.prune(now)
-        mine = self._entry(who, now) if who is not None else None   # a refused address is about too
-        if mine is None:
-            if self._count >= self.limit:
-                return False
-        elif not self._may(mine, now):
-            mine[3] = now              # refused: a flooder for the next window
-            return False
-        at = (self._head + self._count) % self.limit
-        self._times[at] = now
-        self._who[at] = who
-        self._count += 1
-        if mine is not None:
-            mine[2] += 1
-        return True
-
-    def _flooding(self, e, now):
-        """True for an address refused within the window."""
-        return e[3] is not None and fresh(e[3], now, self.window_ms)
-
-    def flooding(self, who, now):
-        """True when address who was refused within the window (allocates nothing)."""
-        for e in self._seen:
-            if e[0] == who:
-                return self._flooding(e, now)
-        return False
-
-    def _floors(self, mine, now):
-        """(share of a polite address, share of a flooding one); (limit, limit) while mine is alone."""
-        polite = 0
-        floods = 0
-        for e in self._seen:
-            if e is mine or fresh(e[1], now, self.seen_ms):
-                if self._flooding(e, now):
-                    floods += 1
-                else:
-                    polite += 1
-        if polite + floods <= 1:
-            return self.limit, self.limit
-        share = self.limit // (polite + (1 if floods else 0))
-        return share, (share // floods if floods else 0)
-
-    def _may(self, mine, now):
-        """Whether mine may take one more stamp: below its floor (taking a flooder's place in a full window), or
-        beyond it as far as the floors the others have not used leave room."""
-        share, fshare = self._floors(mine, now)
-        floor = fshare if self._flooding(mine, now) else share
-        if self._count >= self.limit and (mine[2] >= floor or not self._reclaim(mine, now, share, fshare)):
-            return False
-        if mine[2] < floor or floor == self.limit:
-            return True
-        unused = 0
-        for e in self._seen:
-            if e is not mine and fresh(e[1], now, self.seen_ms):
-                f = fshare if self._flooding(e, now) else share
-                if e[2] < f:
-                    unused += f - e[2]
-        return self._count + 1 + unused <= self.limit
-
-    def _reclaim(self, mine, now, share, fshare):
-        """The window is full and mine is below its floor: the heaviest address above its own floor gives up its
-        oldest stamp (the addresses about changed faster than the window: stamps taken under larger floors).
-        False when nobody is above its floor. The window then counts one request fewer than were served: bounded
-        by the floors, so at most limit more per window however the addresses come and go."""
-        worst = None
-        for e in self._seen:
-            if e is not mine and e[2] > (fshare if self._flooding(e, now) else share) and \
-                    (worst is None or e[2] > worst[2]):
-                worst = e
-        if worst is None:
-            return False
-        who = worst[0]
-        for i in range(self._count):
-            at = (self._head + i) % self.limit
-            if self._who[at] == who:
-                for j in range(i, self._count - 1):     # close the gap: the ring stays oldest-first
-                    a = (self._head + j) % self.limit
-                    b = (a + 1) % self.limit
-                    self._times[a] = self._times[b]
-                    self._who[a] = self._who[b]
-                last = (self._head + self._count - 1) % self.limit
-                self._who[last] = None
-                self._count -= 1
-                worst[2] -= 1
-                return True
-        return False
-
-    def used(self):
-        """Requests recorded in the current window."""
-        return self._count
 
 
 class HttpApi(Module):
@@ -355,10 +180,18 @@ class HttpApi(Module):
             self.count("routes_loaded")
 
     def _refused_lately(self, peer, now):
-        """True while a rate limit refuses peer (it was refused within the window); asked only with both slots
-        full."""
-        return self.limiter.flooding(peer, now) or self.emulation_limiter.flooding(peer, now) or \
-            self.page_limiter.flooding(peer, now) or self.unauthenticated_limiter.flooding(peer, now)
+        """True while a rate limit refuses peer (it was refused within the window, or it is a stranger while the
+        strangers' pool is refused: services/api/ratelimit.py); asked only with both slots full. An address known
+        to one budget (a token, or asking politely for minutes) is no stranger to the others."""
+        known = self._known(peer)
+        return self.limiter.flooding(peer, now, known) or self.emulation_limiter.flooding(peer, now, known) or \
+            self.page_limiter.flooding(peer, now, known) or self.unauthenticated_limiter.flooding(peer, now, known)
+
+    def _known(self, who):
+        """True for an address one of the budgets knows (it earned its place there, or showed a token): it keeps a
+        floor of its own in every budget beside a flood of strangers (services/api/ratelimit.py)."""
+        return who is not None and (self.limiter.known(who) or self.emulation_limiter.known(who) or
+                                    self.page_limiter.known(who) or self.unauthenticated_limiter.known(who))
 
     def poll(self, now_ms):
         # Time-limited state is expired here, once a second (allow() prunes before it decides), so no stamp grows
@@ -502,7 +335,8 @@ class HttpApi(Module):
         now = self._ticks()
         if is_emulation(request.path):
             addr = request.client_address
-            if not self.emulation_limiter.allow(now, addr[0] if isinstance(addr, tuple) and addr else None):
+            who = addr[0] if isinstance(addr, tuple) and addr else None
+            if not self.emulation_limiter.allow(now, who, LENT if self._known(who) else STRANGER):
                 self.count("emulation_rate_limited")
                 return error_response(request, 429, "Too many requests", headers={"Retry-After": "1"})
         elif request.method in ("GET", "HEAD") and not request.path.startswith("/api/") and \
@@ -510,7 +344,8 @@ class HttpApi(Module):
             # The page (one request, then 304s) never waits for the API's budget, which its own polling and any
             # other client spend; it has a budget of its own, and its refusal is a page, not raw JSON.
             addr = request.client_address
-            if not self.page_limiter.allow(now, addr[0] if isinstance(addr, tuple) and addr else None):
+            who = addr[0] if isinstance(addr, tuple) and addr else None
+            if not self.page_limiter.allow(now, who, LENT if self._known(who) else STRANGER):
                 self.count("page_rate_limited")
                 return Response(request, PAGE_429, status=(429, "Too Many Requests"), content_type="text/html",
                                 headers={"Retry-After": self.retry_after_429, "Cache-Control": "no-store",
@@ -575,13 +410,19 @@ class HttpApi(Module):
         addr = request.client_address
         who = addr[0] if isinstance(addr, tuple) and addr else None
         limiter = self.limiter
-        if self._auth_on() and self._token_level(request) is None:   # a locked token file counts as on
+        # A valid token makes its address known (a floor of its own beside any number of strangers), also while
+        # authentication is off; the token is only checked for a request that carries one.
+        known = TOKEN if self._token_level(request) is not None else STRANGER
+        if self._auth_on() and not known:   # a locked token file counts as on
             limiter = self.unauthenticated_limiter
-        if limiter.allow(now, who):
+        if not known and self._known(who):
+            known = LENT
+        if limiter.allow(now, who, known):
             return False
         if limiter is self.unauthenticated_limiter:
             self.count("unauthenticated_rate_limited")
-        return not (request.method == "GET" and request.path == ALIVE_PATH and self.alive_limiter.allow(now, who))
+        return not (request.method == "GET" and request.path == ALIVE_PATH and
+                    self.alive_limiter.allow(now, who, known))
 
     def _token_level(self, request):
         """The level of the request's token (READ, WRITE) or None without a valid one; worked out once."""
