@@ -43,11 +43,13 @@ function money(v, cur) {
   return v === null || v === undefined ? null : dec(v, 2) + ' ' + cur;
 }
 
+// One period (today, month, year) as label and value lines: readable at any width (no table to scroll sideways).
 function sums(w, s, cur) {
   const cell = (v) => (v === null ? `<span class="small">${w.unknown}</span>` : esc(money(v, cur)));
-  return `<td>${esc(kwh(s.import_kwh))}</td><td data-test="m-cost">${cell(s.import_cost)}</td>` +
-    `<td>${cell(s.export_revenue)}</td><td>${cell(s.net)}</td>` +
-    `<td>${s.base_fee === undefined ? '' : esc(money(s.base_fee, cur))}${s.complete || s.import_cost === null ? '' : ' <span class="small">(' + w.partly + ')</span>'}</td>`;
+  return `<dl class="facts"><dt>${w.energy}</dt><dd>${esc(kwh(s.import_kwh))}</dd><dt>${w.cost}</dt><dd data-test="m-cost">${cell(s.import_cost)}</dd>` +
+    `<dt>${w.revenue}</dt><dd>${cell(s.export_revenue)}</dd><dt>${w.net}</dt><dd>${cell(s.net)}</dd>` +
+    (s.base_fee === undefined ? '' : `<dt>${w.fee}</dt><dd>${esc(money(s.base_fee, cur))}</dd>`) +
+    '</dl>' + (s.complete || s.import_cost === null ? '' : `<p class="small">(${w.partly})</p>`);
 }
 
 function svg(tag, attrs, parent) {
@@ -112,28 +114,40 @@ function curve(box, t, w) {
   });
 }
 
-function peaksTable(p, w) {
+// The monthly peaks, a month to a block of label and value lines (no table: it scrolled sideways on a phone).
+function peaksList(p, w) {
   const row = (m, label) => {
     if (!m) return '';
     const q = m.quarter_peak ? `${esc(dec(m.quarter_peak.power_W, 0))} W · ${esc(m.quarter_peak.start.replace('T', ' '))}` : '–';
     const top = m.hourly_top3.map((h) => `${esc(h.start.replace('T', ' '))}: ${esc(kwh(h.energy_kWh))}`).join('<br>');
-    return `<tr data-test="m-peak"><th scope="row">${esc(label || m.month)}</th><td>${q}</td><td>${top || '–'}</td><td>${m.hourly_top3_mean_kWh === null ? '–' : esc(kwh(m.hourly_top3_mean_kWh))}</td></tr>`;
+    return `<div data-test="m-peak"><h3>${esc(label || m.month)}</h3><dl class="facts"><dt>${w.quarter}</dt><dd>${q}</dd>` +
+      `<dt>${w.top3}</dt><dd>${top || '–'}</dd><dt>${w.mean}</dt><dd>${m.hourly_top3_mean_kWh === null ? '–' : esc(kwh(m.hourly_top3_mean_kWh))}</dd></dl></div>`;
   };
-  return `<table class="tbl"><thead><tr><th>${w.month}</th><th>${w.quarter}</th><th>${w.top3}</th><th>${w.mean}</th></tr></thead><tbody>` +
-    row(p.current, w.current) + p.months.map((m) => row(m)).join('') + '</tbody></table>';
+  return row(p.current, w.current) + p.months.map((m) => row(m)).join('');
 }
 
 // The tariff settings: money goes to the device as decimal text (it reads it exactly; never a float on the way).
+// Each label holds its field, the words above it (class field); a field shows only for the kinds it applies to.
 const FIELDS = ['importPrice', 'exportPrice', 'baseFee', 'currency', 'surcharge', 'vatPercent', 'priceUrl'];
+const USED = { importPrice: 'fixed tou', surcharge: 'dynamic', vatPercent: 'dynamic', priceUrl: 'dynamic', tou: 'tou' };
 
 async function tariffForm(box, api, w, reload, noteDoc) {
   const doc = (await api('/settings')).tariff;
-  const field = (k) => `<label>${w[k]} <input name="${k}" data-test="t-${k}" value="${esc(doc[k])}"></label>`;
-  box.innerHTML = `<form data-test="t-form"><label>${w.mode} <select name="mode" data-test="t-mode">${['off', 'fixed', 'tou', 'dynamic']
+  const field = (k) => `<label class="field" data-k="${k}">${w[k]} <input name="${k}" data-test="t-${k}" value="${esc(doc[k])}"></label>`;
+  box.innerHTML = `<form data-test="t-form"><label class="field">${w.mode} <select name="mode" data-test="t-mode">${['off', 'fixed', 'tou', 'dynamic']
     .map((m) => `<option value="${m}"${m === doc.mode ? ' selected' : ''}>${w['m_' + m]}</option>`).join('')}</select></label>
-    ${FIELDS.map(field).join('')}<label>${w.tou} <textarea name="tou" rows="3" data-test="t-tou">${esc(JSON.stringify(doc.tou))}</textarea></label>
+    ${FIELDS.map(field).join('')}<label class="field" data-k="tou">${w.tou} <textarea name="tou" rows="3" data-test="t-tou">${esc(JSON.stringify(doc.tou))}</textarea></label>
     <button type="submit">${w.save}</button><p data-test="t-msg" role="status"></p></form>`;
   const form = box.querySelector('form');
+  // Only the fields of the chosen kind (the others keep their values and are sent unchanged).
+  const kind = () => {
+    for (const l of form.querySelectorAll('[data-k]')) {
+      const m = form.mode.value;
+      l.style.display = m !== 'off' && (USED[l.dataset.k] || 'fixed tou dynamic').includes(m) ? '' : 'none';
+    }
+  };
+  form.mode.addEventListener('change', kind);
+  kind();
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const msg = form.querySelector('[data-test=t-msg]');
@@ -157,7 +171,7 @@ async function tariffForm(box, api, w, reload, noteDoc) {
 async function mount(el, { api, lang, noteDoc, num }) {
   const w = WORDS[lang] || WORDS.de;
   dec = num;
-  el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals" class="card"></div>
+  el.innerHTML = `<h1>${w.title}</h1><div data-test="m-totals"></div>
     <section class="card"><h2>${w.hourly}</h2><label>${w.day} <input type="date" data-test="m-date"></label><div data-test="m-barbox"></div></section>
     <section class="card"><h2>${w.prices}</h2><label>${w.cheapest} <select data-test="m-hours">${[1, 2, 3, 4, 6].map((n) => `<option value="${n}">${n} ${w.hours}</option>`).join('')}</select></label>
     <p data-test="m-windows" class="small"></p><div data-test="m-curvebox"></div></section>
@@ -169,10 +183,7 @@ async function mount(el, { api, lang, noteDoc, num }) {
   const totals = q('m-totals');
   if (cost.mode === 'off') totals.insertAdjacentHTML('afterbegin', `<p data-test="m-off">${w.off}</p>`);
   totals.insertAdjacentHTML('beforeend', `<p data-test="m-price">${w.priceNow}: ${cost.price_now === null ? w.unknown : esc(price(cost.price_now, cur, w))}</p>
-    <table class="tbl"><thead><tr><th></th><th>${w.energy}</th><th>${w.cost}</th><th>${w.revenue}</th><th>${w.net}</th><th>${w.fee}</th></tr></thead><tbody>
-    <tr data-test="m-today"><th scope="row">${w.today}</th>${sums(w, cost.today, cur)}</tr>
-    <tr data-test="m-month"><th scope="row">${w.month}</th>${sums(w, cost.month, cur)}</tr>
-    <tr data-test="m-year"><th scope="row">${w.year}</th>${sums(w, cost.year, cur)}</tr></tbody></table>`);
+    <div class="cards">${['today', 'month', 'year'].map((k) => `<section class="card" data-test="m-${k}"><h2>${w[k]}</h2>${sums(w, cost[k], cur)}</section>`).join('')}</div>`);
   const date = q('m-date');
   date.value = cost.date;
   bars(q('m-barbox'), cost.items, cur, w);
@@ -192,7 +203,7 @@ async function mount(el, { api, lang, noteDoc, num }) {
   };
   q('m-hours').addEventListener('change', prices);
   await prices();
-  q('m-peaks').innerHTML = peaksTable(await api('/peaks'), w);
+  q('m-peaks').innerHTML = peaksList(await api('/peaks'), w);
   await tariffForm(q('m-tariff'), api, w, () => mount(el, { api, lang, noteDoc, num }), noteDoc);
   el.dataset.ready = '1';
 }
