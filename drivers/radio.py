@@ -128,7 +128,8 @@ class WifiManager(Module):
     backoff_first_ms = 5000
     backoff_max_ms = 300000
     ap_window_ms = 15 * 60 * 1000   # spec: AP after a cold start, 15 minutes without a connection
-    rescue_ms = 5 * 60 * 1000       # station not joined this long (after any start or a loss): the AP comes back
+    rescue_ms = 5 * 60 * 1000       # station lost this long (the router restarting): the AP comes back
+    rescue_first_ms = 60 * 1000     # station not joined once since this start (a wrong password saved): sooner
 
     def __init__(self, radio, auth_modes, settings, reset_reason, device_id, ip_address=None, log=None):
         Module.__init__(self)
@@ -146,6 +147,7 @@ class WifiManager(Module):
         self.ap_used = False
         self.active = None          # "primary"/"secondary": the profile joined at boot, kept for reconnects
         self.was_connected = False
+        self.joined_once = False    # joined since this start: a later loss waits rescue_ms, else rescue_first_ms
         self.lost_at = None
         self.down_since = None      # ticks since when the station has not been joined (None while joined)
         self._next_try = None       # (since, wait_ms): earliest next connect() attempt
@@ -333,6 +335,7 @@ class WifiManager(Module):
 
     def _on_connected(self, now_ms):
         self.was_connected = True
+        self.joined_once = True
         self.lost_at = None
         self._backoff = 0
         self._next_try = None
@@ -344,14 +347,16 @@ class WifiManager(Module):
         r = self._radio
         if self.ap_mode == AP_OFF:
             # The lock-out rule: whatever the reset, a station that cannot join (a wrong password saved, the router
-            # replaced) for rescue_ms brings the AP back, so nobody has to unplug the device to reach it again.
-            if self.down_since is not None and self.configured() and expired(now_ms, self.down_since, self.rescue_ms):
+            # replaced) brings the AP back, so nobody has to unplug the device to reach it again: after a minute when
+            # it has not joined since this start, after rescue_ms when a joined network went away.
+            wait = self.rescue_ms if self.joined_once else self.rescue_first_ms
+            if self.down_since is not None and self.configured() and expired(now_ms, self.down_since, wait):
                 self.ap_mode = AP_RESCUE
                 self.ap_since = now_ms
                 self.count("ap_rescues")
                 if self._log is not None:
                     self._log.warning("WiFi not joined for %d min: access point back until it joins",
-                                      self.rescue_ms // 60000)
+                                      wait // 60000)
                 self._start_ap()
             return
         if not r.ap_active:

@@ -231,16 +231,18 @@ def _step_minutes(rig, minutes):
 
 
 @pytest.mark.parametrize("reason", ["SOFTWARE", "WATCHDOG"])
-def test_a_wrong_password_and_a_software_restart_bring_the_ap_back_after_5_minutes(air, reason):
-    """The reported lock-out: a wrong password saved, then "Restart now" (no AP by the table): after 5 minutes
-    without a join the AP is back, across the tick wrap; once the WiFi works again and nobody uses it, it goes."""
+def test_a_wrong_password_and_a_software_restart_bring_the_ap_back_after_a_minute(air, reason):
+    """The reported lock-out: a wrong password saved, then "Restart now" (no AP by the table): the station has not
+    joined once since the start, so after a minute (not the 5 of a lost network, issue 37) the AP is back, across
+    the tick wrap; once the WiFi works again and nobody uses it, it goes."""
     rig = Rig(settings(wifi=home(password="wrong-password")), reason)
-    rig.clock.now = (1 << 29) - 2 * MIN     # the 5 minutes run across the wrap
+    rig.clock.now = (1 << 29) - 30 * 1000   # the minute runs across the wrap
     rig.step()
     assert rig.wm.ap_mode == AP_OFF and not rig.radio.ap_active and not rig.radio.connected
-    _step_minutes(rig, 4)
+    for _ in range(5):
+        rig.step(10 * 1000)
     assert not rig.radio.ap_active
-    _step_minutes(rig, 1)
+    rig.step(10 * 1000)
     rig.step(1000)
     assert rig.wm.ap_mode == AP_RESCUE and rig.radio.ap_active and rig.wm.counters["ap_rescues"] == 1
     _hostenv.ap_stations.append((b"\x01" * 6, -40, None))     # the owner connects to repair it

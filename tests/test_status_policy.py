@@ -80,3 +80,46 @@ def test_no_meter_for_days_stays_error_across_the_tick_wrap():
     clock.advance((1 << 29) - 520 * (1 << 20) + 1000)  # the start stamp now looks 1 s old
     pol.poll(clock())
     assert led.current() == "ERROR"
+
+
+class FakeWifi:
+    """What the policy reads of the WifiManager: its state and since when the station is not joined."""
+    state = "OK"
+    down_since = None
+
+
+def test_a_wifi_set_up_but_not_joined_dims_the_led_yellow_not_fine_green():
+    """Issue 37: a wrong password stored, the device off the network, and the LED said "fine · green"."""
+    clock = SteppedClock()
+    bus = Bus()
+    led = StatusLed(Pixels())
+    wifi = FakeWifi()
+    pol = StatusPolicy(bus, led, Supervisor(clock), wifi=lambda: wifi)
+    bus.publish("reading", object())
+    pol.poll(clock())
+    assert led.current() == "OK"
+    wifi.state, wifi.down_since = "WARN", clock()           # set up, not joined
+    clock.advance(StatusPolicy.wifi_grace_ms - 1)
+    pol.poll(clock())
+    assert led.current() == "OK"                           # a reconnect takes seconds: no note for it
+    clock.advance(2)
+    pol.poll(clock())
+    info = led.info()
+    assert led.current() == "INFO" and info["color"] == "yellow" and info["mode"] == "dimmed"
+    bus.publish("reading", None)                           # a silent meter still wins
+    pol.poll(clock())
+    assert led.current() == "ERROR"
+    bus.publish("reading", object())
+    wifi.state, wifi.down_since = "OK", None               # joined again
+    pol.poll(clock())
+    assert led.current() == "OK"
+
+
+def test_no_wifi_manager_yet_is_no_note():
+    clock = SteppedClock()
+    bus = Bus()
+    led = StatusLed(Pixels())
+    pol = StatusPolicy(bus, led, Supervisor(clock), wifi=lambda: None)
+    bus.publish("reading", object())
+    pol.poll(clock())
+    assert led.current() == "OK"

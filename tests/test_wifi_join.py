@@ -1,6 +1,7 @@
 """POST /api/v1/wifi/join on the host runtime: credentials are tried with the access point up before anything is
 stored, a wrong password or a missing network says so plainly and stores nothing, and a device that can no longer
-join after a software restart brings its access point back within 5 simulated minutes (the lock-out rule)."""
+join after a software restart brings its access point back after a simulated minute (the lock-out rule), says why
+it is not joined and dims the LED yellow."""
 
 import json
 import time
@@ -77,7 +78,8 @@ def test_a_good_join_answers_the_new_address_stores_and_keeps_the_ap(host):
 
 def test_a_software_restart_that_cannot_join_brings_the_ap_back(host):
     """The reported lock-out: the WiFi's password changes (or a wrong one was saved), then a software restart,
-    whose row of the AP table has no AP: after 5 minutes without a join the AP is back."""
+    whose row of the AP table has no AP: after a minute without a join since the start (issue 37: it was 5) the AP
+    is back, /system/info says why the station is not joined and the LED is not "fine · green"."""
     assert host.post("/api/v1/wifi/join", {"ssid": "HostNetwork", "password": "host-password"})[0] == 200
     host.control("reset_reason", "SOFTWARE")
     host.control("air", json.dumps([{"ssid": "HostNetwork", "password": "changed-password", "rssi": -48,
@@ -85,11 +87,16 @@ def test_a_software_restart_that_cannot_join_brings_the_ap_back(host):
     assert host.post("/api/v1/system/reboot", {})[0] == 200
     host.wait_for(lambda: "host: " in host.log() and _up(host) and info(host)["uptime"]["uptime"] < 120, timeout=60)
     i = info(host)
-    assert i["ap"]["active"] is False and i["wifi"]["connected"] is False and i["ap"]["mode"] == "off"
+    assert i["wifi"]["connected"] is False
+    if i["uptime"]["uptime"] < 55:                  # (at 60 x a slow start may read it after the minute)
+        assert i["ap"]["active"] is False and i["ap"]["mode"] == "off"
     host.wait_for(lambda: info(host)["ap"]["active"], timeout=60)
     i = info(host)
-    assert i["ap"]["mode"] == "rescue" and i["uptime"]["uptime"] >= 300
+    assert i["ap"]["mode"] == "rescue" and 60 <= i["uptime"]["uptime"] < 300
+    assert i["wifi"]["last_error"] == "Authentication failure"
     assert "access point back until it joins" in host.log()
+    led = host.get("/api/v1/system/led")[1]
+    assert led["status"] == "INFO" and led["color"] == "yellow" and led["mode"] == "dimmed"
 
 
 def _up(h):

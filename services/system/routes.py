@@ -106,6 +106,7 @@ def _wifi_sections(app):
         _entry("hostname", wm.hostname),
         _entry("mac_address", wm.mac()),
         _entry("profile", wm.active or ""),
+        _entry("last_error", "" if connected else wm.last_error),   # why the station is not joined (issue 37)
     ]
     ap_on = wm.ap_active()
     ap = [

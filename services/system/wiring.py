@@ -12,7 +12,7 @@ WIPE_PATHS = ("settings.json", "tokens.json", "mqtt_ca.pem")   # what a factory 
 def wire(app):
     """Register the lifecycle and the LED policy; app.flushables fills up as later features are wired."""
     sup = app.supervisor
-    sup.add(StatusPolicy(app.bus, app.led, sup))
+    sup.add(StatusPolicy(app.bus, app.led, sup, wifi=lambda: app.wifi))
     app.lifecycle = sup.add(Lifecycle(app.bus, app.led, microcontroller.reset, flushables=app.flushables,
                                       wipe_paths=WIPE_PATHS, log=app.log))
     app.routes.append(system_routes)
