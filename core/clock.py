@@ -257,8 +257,9 @@ class Clock(module.Module):
             return
         try:
             if self._sock is None:
-                if self.budget is not None and not self.budget.may_take():
-                    # HTTP keeps its listener and two clients: this round waits for a free socket
+                if self.budget is not None and not self.budget.may_take(borrow=True):
+                    # HTTP keeps its listener and two clients (our mDNS responder lends its socket for the round
+                    # when none is free): this round waits for a free socket
                     self.count("budget_refused")
                     self._next_server(now_ms)
                     return

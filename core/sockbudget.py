@@ -35,6 +35,8 @@ FLOATING_MIN = const(1)  # a Modbus client, the WebSocket session and an NTP rou
 # mDNS responder is not given up for a session that is rarely there.
 WS_SESSIONS = const(1)
 MODBUS_CLIENTS = const(2)  # services/modbus/server.py ModbusServer.max_clients
+NTP_ROUND = const(1)       # an NTP round's socket (a second or two, a few times a day): our mDNS responder lends its
+#                            own for the round (LENDERS), so the responder need not fit beside it (responder_fits)
 
 # Ranks of sockets and of takers (see the module's docstring): a taker may take a held socket of a lower rank only.
 IDLE = const(0)
@@ -51,6 +53,9 @@ KNOWN_MS = 3600000          # an address stays known this long after its last to
 # App attributes (core/app.py) whose object may give up a socket: reclaimable() -> the rank of the socket it would
 # give up (or None), reclaim() gives that one up (closes it; counted by its owner).
 RECLAIMERS = ("modbus", "shelly_ws")
+# App attributes whose object lends its socket to a round of the device's own (may_take(borrow=True): the NTP round)
+# and takes it back after: lendable() -> bool, lend() closes it (the owner opens it again once it fits).
+LENDERS = ("mdns",)
 # App attributes (core/app.py) whose object may hold sockets; each answers sockets_held() -> int.
 HOLDERS = ("http", "modbus", "mqtt", "clock", "captive_dns", "mdns", "shelly_udp", "shelly_ws", "sma", "ota",
            "cloud")
@@ -95,6 +100,12 @@ def worst_case(get):
     return need
 
 
+def responder_fits(get):
+    """True when our mDNS responder's socket fits beside what the features on may hold at once, an NTP round left
+    out: the responder lends its socket to the round (LENDERS) and takes it back after."""
+    return worst_case(get) - NTP_ROUND + 1 <= TOTAL
+
+
 def problem(get, touched=()):
     """None when the features on fit (HTTP 3 + the standing sockets + one floating socket <= 8), else (key, message):
     key is the feature to name: the last standing one (in standing()'s order) that touched holds, else the last."""
@@ -133,6 +144,7 @@ class SocketBudget:
         self.keep = keep
         self.refused = 0
         self.reclaimed = 0
+        self.lent = 0
         # the known addresses: parallel rows (address, what it is known as, ticks of its last vouch); None = free
         self._addr = [None] * KNOWN_ROWS
         self._level = [STRANGER] * KNOWN_ROWS
@@ -166,13 +178,21 @@ class SocketBudget:
                 pick, low = obj, r
         return pick
 
-    def may_take(self, n=1, rank=KNOWN):
+    def may_take(self, n=1, rank=KNOWN, borrow=False):
         """True when n more sockets leave HTTP its listener and two clients, once the owners of sockets ranked below
         rank gave up what it takes; a refusal is counted. (The WebSocket taking over an HTTP connection after its
-        101 asks for 1: the HTTP server no longer counts a connection it is handing over.)"""
+        101 asks for 1: the HTTP server no longer counts a connection it is handing over.) borrow: a round of the
+        device's own (NTP) may also have a lender's socket for its duration (LENDERS)."""
         tries = self.total       # each reclaim frees a socket: at most this many can be asked for
         while not self._fits(n):
             owner = self._cheapest(rank) if tries > 0 else None
+            if owner is None and borrow and tries > 0:
+                lender = self._lender()
+                if lender is not None:
+                    tries -= 1
+                    lender.lend()
+                    self.lent += 1
+                    continue
             if owner is None:
                 self.refused += 1
                 return False
@@ -180,6 +200,15 @@ class SocketBudget:
             owner.reclaim()
             self.reclaimed += 1
         return True
+
+    def _lender(self):
+        """The first of LENDERS holding a socket it would lend, or None."""
+        for name in LENDERS:
+            obj = getattr(self._app, name, None)
+            fn = getattr(obj, "lendable", None) if obj is not None else None
+            if fn is not None and fn():
+                return obj
+        return None
 
     def could_take(self, n=1, rank=KNOWN):
         """may_take() without taking, reclaiming or counting: True when n fit now or a lower-ranked socket is held
@@ -228,8 +257,9 @@ class SocketBudget:
         return STRANGER
 
     def describe(self):
-        """{"held", "total", "refused", "reclaimed"} for /system/info."""
-        return {"held": self.held(), "total": self.total, "refused": self.refused, "reclaimed": self.reclaimed}
+        """{"held", "total", "refused", "reclaimed", "lent"} for /system/info."""
+        return {"held": self.held(), "total": self.total, "refused": self.refused, "reclaimed": self.reclaimed,
+                "lent": self.lent}
 
 
 def ticks_before(a, b):

@@ -108,6 +108,8 @@ def main():
     loopback_multicast()
     if sys.argv[1:] == ["host"]:
         return main_host()
+    if sys.argv[1:] == ["host-mqtt-shelly"]:
+        return main_host(full=True)
     stop = threading.Event()
     r, emu, th = start_responder(True, stop)
     time.sleep(3)    # probed and announced before anyone listens: what the browsers learn, they must ask for
@@ -126,21 +128,27 @@ def main():
     print(json.dumps(result, sort_keys=True))
 
 
-def main_host():
+def main_host(full=False):
+    """full: MQTT on and the Shelly emulation with both UDP ports and SMA (issue 36: the combination whose worst case
+    left our responder no socket, so no TXT); it stays on (nothing is switched off)."""
     import tempfile
 
-    from tests.hostproc import HostProcess
+    from tests.hostproc import HostProcess, free_port
 
     drive = tempfile.mkdtemp(prefix="mdns-netns-")
-    h = HostProcess(drive, args=["--mdns-port", "5353", "--bind", "0.0.0.0"], settings={
-        "wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}},
-        "emulation": {"shelly": True, "shellyUdpPort": 0, "shellyUdpPort2": 0}}).start()
+    emulation = {"shelly": True, "shellyUdpPort": 0, "shellyUdpPort2": 0}
+    settings = {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}}, "emulation": emulation}
+    if full:
+        emulation.update({"shellyUdpPort": free_port(), "shellyUdpPort2": free_port(), "sma": True})
+        settings["mqtt"] = {"enable": True, "host": "127.0.0.1", "port": free_port()}   # no broker: the socket counts
+    h = HostProcess(drive, args=["--mdns-port", "5353", "--bind", "0.0.0.0"], settings=settings).start()
     result = {"http_port": h.port}
     try:
         time.sleep(3)
 
         def switch_off():
-            h.post("/api/v1/settings", {"emulation": {"shelly": False}})
+            if not full:
+                h.post("/api/v1/settings", {"emulation": {"shelly": False}})
 
         asyncio.run(browse(result, switch_off, h.port))
         status, info, _ = h.get("/api/v1/system/info")

@@ -483,3 +483,29 @@ def test_a_new_ntp_server_setting_is_asked_at_once(servers):
         c.poll(now)
         time.sleep(0.002)
     assert c.server == second and abs(c.time(now) - (E2030 + 86400)) <= 6 and second_stop.stats["answers"] == 1
+
+
+def test_an_ntp_round_borrows_the_mdns_responders_socket_when_the_budget_is_full(servers):
+    """Issue 36 finding 6: the round asks the budget with borrow=True (our mDNS responder lends its socket for it,
+    core/sockbudget.py LENDERS); a budget that has nothing to lend still makes the round wait."""
+    addr, _stop = servers(speed=1.0, epoch0=E2030)
+    asked = []
+
+    class Budget:
+        lend = True
+
+        def may_take(self, n=1, rank=2, borrow=False):
+            asked.append(borrow)
+            return borrow and self.lend
+
+    budget = Budget()
+    budget.lend = False
+    c, _s, _b = make(addr)
+    c.budget = budget
+    c.poll(ticks_ms())
+    assert asked == [True] and not c.synced and c.counters.get("budget_refused") == 1
+    budget.lend = True                    # a fresh clock (the refused one waits out its retry time)
+    c, _s, _b = make(addr)
+    c.budget = budget
+    run_until_synced(c)
+    assert c.synced and all(asked)

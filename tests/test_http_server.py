@@ -526,6 +526,38 @@ def test_settings_post_publishes_changed_keys_and_applies_led(tmp_path):
         api.stop()
 
 
+@pytest.mark.parametrize("patch, warned", [
+    ({"modbus": {"enable": True}, "emulation": {"shelly": True, "shellyUdpPort": 1010}}, True),
+    ({"mqtt": {"enable": True, "host": "127.0.0.1"}, "emulation": {"shelly": True, "shellyUdpPort": 1010,
+                                                                     "shellyUdpPort2": 2220}}, False),
+    ({"ledEnable": False}, False),
+])
+def test_a_save_that_costs_mdns_its_txt_records_says_so(tmp_path, patch, warned):
+    """Issue 36 finding 6: where the features on leave our mDNS responder no socket even with the NTP round borrowing
+    it (core/sockbudget.py responder_fits), CircuitPython's announces the device without TXT; the save says so
+    ("warnings": mdns_txt) and names what to turn off. MQTT with both Shelly UDP ports fits now: no warning."""
+    settings = Settings(str(tmp_path / "settings.json"), zone_ok=lambda z: True)
+    app = App(Bus(), settings, Log(echo=None))
+    app.auth = Tokens(str(tmp_path / "tokens.json"))
+    app.mem_free = lambda: 10 ** 6
+    api = HttpApi(socketpool.SocketPool(None), app, host="127.0.0.1", port=0, route_modules=[routes_settings])
+    api.start()
+    try:
+        body = json.dumps(patch).encode()
+        answer = exchange(server_port(api), b"POST /api/v1/settings HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
+                          lambda: api.poll(0), polls=60, wait=0.05)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        doc = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        if warned:
+            (warning,) = doc["warnings"]
+            assert warning.startswith("mdns_txt:") and "Modbus" in warning
+        else:
+            assert "warnings" not in doc
+    finally:
+        api.stop()
+
+
 def test_one_flooding_address_cannot_take_the_whole_budget_while_another_waits():
     """The audit: under a 14 req/s flood from one address another got 429 on 8 of 9 tries. The device-wide 25 per
     10 s stays; the other address, known by asking politely for a minute before the flood (issue 36: strangers

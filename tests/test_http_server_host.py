@@ -124,9 +124,9 @@ def test_the_owner_is_answered_beside_seven_stalling_connections_from_its_own_ad
     """Issue 36 finding 7: seven hostile connections (connect-close, one byte per 300 ms, half bodies, answers never
     read) from the owner's own address cost the owner 5 of 39 requests: the address stalls, so the floor that keeps
     a slot for an address that behaves did not apply, and a newcomer whose request came a moment after its
-    connection was refused. While one address holds every slot, its newcomer now waits in the momentary place
-    (stall_ms) and nothing more is accepted meanwhile, so the next requests arrive whole in the backlog and are
-    answered at accept: every request answered (failed 4-5 of 40 before)."""
+    connection was refused. While one address holds every slot, its newcomer now waits in the momentary place for
+    its request (until it stalls, stall_ms); accepting goes on past it (the next are answered at accept or refused):
+    every request answered (failed 4-5 of 40 before)."""
     stop = threading.Event()
     kinds = [_closer, _slow, _slow, _half_body, _half_body, _non_reader, _non_reader]
     threads = [threading.Thread(target=k, args=(host.port, stop, None), daemon=True) for k in kinds]

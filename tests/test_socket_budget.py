@@ -90,4 +90,66 @@ def test_the_runtime_budget_leaves_http_its_three():
     assert budget.may_take()                   # 6 held + the session, HTTP 2: one free left for its second client
     app.modbus.n = 2
     assert not budget.may_take()
-    assert budget.describe() == {"held": 7, "total": 8, "refused": 2, "reclaimed": 0}
+    assert budget.describe() == {"held": 7, "total": 8, "refused": 2, "reclaimed": 0, "lent": 0}
+
+
+class _Lender(_Holder):
+    """Our mDNS responder as the budget sees it: one socket it lends to an NTP round."""
+
+    def lendable(self):
+        return self.n == 1
+
+    def lend(self):
+        self.n = 0
+
+
+def test_an_ntp_round_borrows_the_mdns_responders_socket_when_none_other_is_free():
+    """Issue 36 finding 6: the responder need not fit beside an NTP round, it lends its socket for the round; only a
+    round that borrows (the clock's) gets it, never a Modbus client or a WebSocket session."""
+    app = _App()
+    app.http = _Holder(3)
+    app.mqtt = _Holder(1)
+    app.shelly_udp = _Holder(2)
+    app.mdns = _Lender(1)
+    app.shelly_ws = _Holder(1)                  # Home Assistant's session: 8 held
+    budget = sockbudget.SocketBudget(app)
+    assert not budget.may_take() and app.mdns.n == 1          # a Modbus client, a session: refused, nothing lent
+    assert budget.may_take(borrow=True) and app.mdns.n == 0    # the NTP round: the responder's socket
+    assert budget.describe()["lent"] == 1 and budget.refused == 1
+    app.clock = _Holder(1)                                     # the round holds it now
+    assert not budget.may_take(borrow=True) and budget.refused == 2   # nothing more to lend
+
+
+def test_the_responder_fits_where_only_an_ntp_round_was_in_its_way():
+    mqtt_shelly = {"mqtt.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010,
+                   "emulation.shellyUdpPort2": 2220, "emulation.sma": True}.get
+    assert sockbudget.worst_case(mqtt_shelly) == 8 and sockbudget.responder_fits(mqtt_shelly)
+    modbus_shelly = {"modbus.enable": True, "emulation.shelly": True, "emulation.shellyUdpPort": 1010}.get
+    assert sockbudget.worst_case(modbus_shelly) == 9 and not sockbudget.responder_fits(modbus_shelly)
+
+
+def test_which_combinations_cost_the_txt_records_as_the_readme_says():
+    """README "mDNS": Modbus with a Shelly UDP port; Modbus with two more of MQTT, SMA, the Shelly emulation without a
+    UDP port and the always-on access point; MQTT with both Shelly UDP ports and the always-on access point."""
+    import itertools
+
+    def costs(mqtt, modbus, shelly, ports, sma, ap):
+        if modbus and shelly and ports:
+            return True
+        if modbus and (mqtt + sma + (shelly and not ports) + ap) >= 2:
+            return True
+        return bool(mqtt and shelly and ports == 2 and ap)
+
+    seen = 0
+    for mqtt, modbus, shelly, ports, sma, ap in itertools.product((0, 1), (0, 1), (0, 1), (0, 1, 2), (0, 1), (0, 1)):
+        if ports and not shelly:
+            continue
+        doc = {"mqtt.enable": bool(mqtt), "modbus.enable": bool(modbus), "emulation.shelly": bool(shelly),
+               "emulation.sma": bool(sma), "accessPoint.enable": bool(ap),
+               "emulation.shellyUdpPort": 1010 if ports >= 1 else 0,
+               "emulation.shellyUdpPort2": 2220 if ports == 2 else 0}
+        if sockbudget.problem(doc.get) is not None:
+            continue                               # not allowed by the settings at all
+        seen += 1
+        assert sockbudget.responder_fits(doc.get) is not costs(mqtt, modbus, shelly, ports, sma, ap), doc
+    assert seen == 62

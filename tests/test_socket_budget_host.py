@@ -191,6 +191,7 @@ def test_alive_answers_every_probe_while_every_other_socket_is_held(everything_o
     assert "budget_refused" in str(info), info   # the openings that would have left HTTP short were refused
     http = {e["name"]: e["value"] for e in info["http"]}
     assert http["sockets_refused"] > 0 and 0 < http["sockets_held"] <= 8
+    assert http["sockets_reclaimed"] >= 0 and http["sockets_lent"] >= 0   # the budget's reclaims and lends shown
 
 
 def test_what_fits_serves_the_standard_load_two_floating_sockets(tmp_path_factory):

@@ -505,6 +505,8 @@ class HttpApi(Module):
         if budget is not None:   # core/sockbudget.py: sockets the firmware holds now, openings refused for HTTP's sake
             d["sockets_held"] = budget.held()
             d["sockets_refused"] = budget.refused
+            d["sockets_reclaimed"] = budget.reclaimed   # given up by a lower-ranked holder for a newcomer
+            d["sockets_lent"] = budget.lent             # our mDNS responder's socket lent to an NTP round
         if self.last_open_error:
             d["last_open_error"] = self.last_open_error
         return d

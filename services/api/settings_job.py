@@ -150,4 +150,33 @@ def _apply(app, request, patch):
                              % ", ".join(dropped))
     if not changed:
         answer["message"] = "Nothing changed: every value given equals the stored one"
+    txt = _discovery_warning(doc, changed)
+    if txt is not None:
+        answer["warnings"] = [txt]
     return JSONResponse(request, answer)
+
+
+_SOCKET_FEATURES = ("mqtt.enable", "modbus.enable", "emulation.shelly", "emulation.shellyUdpPort",
+                    "emulation.shellyUdpPort2", "emulation.sma", "accessPoint.enable")
+
+
+def _discovery_warning(doc, changed):
+    """What a change of the features that hold sockets costs mDNS discovery: with them all on, our responder may not
+    have a socket (core/sockbudget.py responder_fits), CircuitPython's answers without TXT records, and Home
+    Assistant's WattWaechter integration cannot be set up by discovery (issue 36 finding 6)."""
+    from core.settings import _get
+    from core.sockbudget import responder_fits
+
+    if not any(k in changed for k in _SOCKET_FEATURES):
+        return None
+
+    def get(key, default=None):
+        v = _get(doc, key)
+        return default if v is None else v
+
+    if responder_fits(get):
+        return None
+    return ("mdns_txt: with these features on every socket may be in use, so the device is announced by "
+            "CircuitPython's responder, without TXT records: Home Assistant's WattWaechter integration then finds it "
+            "but cannot set it up by discovery (add it by its address). Turn off Modbus, or the Shelly/SMA emulation, "
+            "or the always-on access point to keep discovery complete")

@@ -72,6 +72,19 @@ class MdnsResponder(Module):
         """1 while our responder's socket is open (core/sockbudget.py)."""
         return 0 if self._sock is None else 1
 
+    def lendable(self):
+        """True while our socket is open: an NTP round may have it when no other is free (core/sockbudget.py)."""
+        return self._sock is not None
+
+    def lend(self):
+        """Give our socket to an NTP round (the budget asks when none other is free): closed without a goodbye, as
+        the name comes back within seconds; poll() opens it again once it fits, then joins and probes afresh."""
+        self._sock = close_quietly(self._sock)
+        self._lent = True
+        self._ip = None
+        self._phase = _IDLE
+        self.count("lent")
+
     def __init__(self, pool, address, hostname, services, changed=None, host="0.0.0.0", port=MDNS_PORT,
                  fallback=None, log=None, budget=None):
         Module.__init__(self)
@@ -111,6 +124,7 @@ class MdnsResponder(Module):
         self._conflict_ms = None     # ticks of the last conflict heard
         self._renamed_ms = None      # ticks of the last rename
         self._group = (MDNS_GROUP, MDNS_PORT)
+        self._lent = False           # our socket is an NTP round's for now (lend): taken back once it fits
 
     # --- the record set ---
 
@@ -172,23 +186,40 @@ class MdnsResponder(Module):
             # CircuitPython's responder uses none (ESP-IDF's own UDP pcb).
             self._use_fallback(self._budget_was)
             return
-        if self.sockets is not None and not self.sockets.may_take():
-            self._use_fallback("socket budget: the HTTP API keeps its listener and two clients")
+        why = self._open()
+        if why is not None:
+            self._use_fallback(why)
             return
+        self.build()
+
+    def _open(self):
+        """Open and bind our socket; None, or why not."""
+        self._lent = False
+        if self.sockets is not None and not self.sockets.may_take():
+            return "socket budget: the HTTP API keeps its listener and two clients"
         try:
             sock = self._pool.socket(self._pool.AF_INET, self._pool.SOCK_DGRAM)
         except (OSError, RuntimeError) as exc:   # out of sockets is a RuntimeError on CircuitPython
-            self._use_fallback("no socket: %s" % exc)
-            return
+            return "no socket: %s" % exc
         try:
             sock.setblocking(False)
             sock.bind((self.host, self.port))
         except OSError as exc:
             sock.close()
-            self._use_fallback("bind to port %d failed: %s" % (self.port, exc))
-            return
+            return "bind to port %d failed: %s" % (self.port, exc)
         self._sock = sock
-        self.build()
+        return None
+
+    def _take_back(self, now_ms):
+        """After an NTP round had our socket: open it again when it fits (looked at every address_every_ms)."""
+        if self._addr_ms is not None and 0 <= ticks_diff(now_ms, self._addr_ms) < self.address_every_ms:
+            return
+        self._addr_ms = now_ms
+        if self._open() is None:
+            self._addr_ms = None       # the address at once: join the group, probe, announce
+            self.count("taken_back")
+        else:
+            self._lent = True          # still every socket in use: the next look
 
     def _join(self, ip):
         """Join 224.0.0.251 on the station interface (an ip_mreq: group, interface); False when lwIP refuses."""
@@ -262,6 +293,8 @@ class MdnsResponder(Module):
         if self._budget_changed(now_ms):
             return
         if self._sock is None:
+            if self._lent:
+                self._take_back(now_ms)
             return
         if self._addr_ms is None or ticks_diff(now_ms, self._addr_ms) >= self.address_every_ms:
             self._addr_ms = now_ms

@@ -7,19 +7,20 @@ Socket budget: our responder takes one socket only while it fits beside what the
 
 import wifi
 
-from core.sockbudget import TOTAL, worst_case
+from core.sockbudget import NTP_ROUND, TOTAL, responder_fits, worst_case
 
 SOCKETS = TOTAL   # socketpool sockets in the whole system on the ESP32-S3 build (CONFIG_LWIP_MAX_SOCKETS)
 
 
 def mdns_budget(settings):
-    """None while our responder's socket fits beside what the features on may hold at once, else why not (then
-    CircuitPython's responder, which uses no socket, answers instead): core/sockbudget.py worst_case()."""
-    need = worst_case(settings.get)
-    if need + 1 > SOCKETS:
-        return ("socket budget: the features on may hold %d of the %d sockets, and the HTTP API keeps its own; "
-                "the system responder uses none (no TXT records)" % (need, SOCKETS))
-    return None
+    """None while our responder's socket fits beside what the features on may hold at once (it lends its socket to
+    an NTP round), else why not (then CircuitPython's responder, which uses no socket, answers instead, without TXT
+    records): core/sockbudget.py responder_fits()."""
+    if responder_fits(settings.get):
+        return None
+    need = worst_case(settings.get) - NTP_ROUND
+    return ("socket budget: the features on may hold %d of the %d sockets besides an NTP round, and the HTTP API "
+            "keeps its own; the system responder uses none (no TXT records)" % (need, SOCKETS))
 
 
 def _station_address():
