@@ -1,6 +1,7 @@
 """The web interface's third round (issue 37 points 1-3) in Chromium against the host runtime, de and en, at desktop
 and phone width: the tariff form's every label stands on its own field and only the fields of the chosen kind
-show; the Cost page does not scroll sideways at 360 px (its totals and peaks, with a tariff and a year of peaks)."""
+show; the Cost page does not scroll sideways at 360 px (its totals and peaks, with a tariff and a year of peaks);
+the WiFi card stores no untested credentials, and a station that cannot join says so (System page, LED)."""
 
 import copy
 import json
@@ -152,3 +153,90 @@ def test_axe_finds_nothing_on_the_cost_page(browser, priced, theme):  # noqa: F8
     assert found == []
     page.context.close()
 
+
+# --- point 2: the WiFi card stores no untested credentials; a station that cannot join says so ---
+
+GOOD = {"wifi": {"primary": {"ssid": "HostNetwork", "password": "host-password"}}}
+WORDS = {
+    "de": {"save": "Speichern", "wrong": "Das Passwort für „HostNetwork“ ist falsch. Nichts wurde gespeichert.",
+           "gone": "Kein Netz „Nirgendwo“ in Reichweite. Nichts wurde gespeichert.",
+           "joined": "Verbunden mit „HostNetwork“ und gespeichert", "down": "nicht verbunden: Passwort falsch",
+           "led": "Hinweis · gelb · gedimmt"},
+    "en": {"save": "Save", "wrong": 'The password for "HostNetwork" is wrong. Nothing was saved.',
+           "gone": 'No network "Nirgendwo" in range. Nothing was saved.',
+           "joined": 'Joined "HostNetwork" and saved', "down": "not connected: wrong password",
+           "led": "note · yellow · dimmed"},
+}
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory):
+    """A device on its home WiFi (the host's air: HostNetwork, host-password)."""
+    h = start_host(tmp_path_factory, "web-round3-wifi", settings=GOOD)
+    h.wait_for(lambda: {e["name"]: e["value"] for e in h.get("/api/v1/system/info")[1]["wifi"]}["connected"],
+               timeout=30)
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def stranded(tmp_path_factory):
+    """A device whose stored WiFi password is wrong (the air's network wants host-password)."""
+    h = start_host(tmp_path_factory, "web-round3-stranded", args=["--speed", "60"],
+                   settings={"wifi": {"primary": {"ssid": "HostNetwork", "password": "wrong-password"}}})
+    h.wait_reading()
+    yield h
+    h.stop()
+
+
+def _wifi_card(browser, host, lang):  # noqa: F811
+    page = _page(browser)
+    if lang == "en":
+        page.add_init_script("localStorage.setItem('mp.lang', 'en')")
+    page.goto(host.url + "/#/settings/wifiPrimary")
+    form = page.locator("#s-wifiPrimary")
+    form.wait_for()
+    page.stored = []
+    page.on("request", lambda r: page.stored.append(r.post_data)
+            if r.method == "POST" and r.url.endswith("/api/v1/settings") else None)
+    return page, form
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_the_wifi_cards_save_tries_a_new_password_or_network_before_storing_it(browser, joined, lang):  # noqa: F811
+    w = WORDS[lang]
+    page, form = _wifi_card(browser, joined, lang)
+    box = form.locator("[data-test=join-primary]")
+    before = joined.get("/api/v1/settings")[1]["wifi"]["primary"]
+    form.locator('[name="wifi.primary.password"]').fill("wrong-password")
+    form.get_by_role("button", name=w["save"], exact=True).click()
+    box.get_by_text(w["wrong"]).wait_for(timeout=20000)
+    assert page.stored == [] and joined.get("/api/v1/settings")[1]["wifi"]["primary"] == before
+    form.locator('[name="wifi.primary.password"]').fill("")
+    form.locator('[name="wifi.primary.ssid"]').fill("Nirgendwo")
+    form.locator('[name="wifi.primary.ssid"]').press("Enter")               # the keyboard's save too
+    box.get_by_text(w["gone"]).wait_for(timeout=20000)
+    assert page.stored == [] and joined.get("/api/v1/settings")[1]["wifi"]["primary"] == before
+    form.locator('[name="wifi.primary.ssid"]').fill("HostNetwork")
+    form.locator('[name="wifi.primary.password"]').fill("host-password")
+    form.get_by_role("button", name=w["save"], exact=True).click()
+    box.get_by_text(w["joined"], exact=False).wait_for(timeout=20000)
+    assert page.stored == []                        # stored by the join, after it worked
+    assert joined.get("/api/v1/settings")[1]["wifi"]["primary"]["ssid"] == "HostNetwork"
+    assert page.errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_a_station_that_cannot_join_says_why_and_the_led_is_not_fine(browser, stranded, lang):  # noqa: F811
+    w = WORDS[lang]
+    stranded.wait_for(lambda: stranded.get("/api/v1/system/led")[1]["status"] == "INFO", timeout=30)
+    page = _page(browser)
+    if lang == "en":
+        page.add_init_script("localStorage.setItem('mp.lang', 'en')")
+    page.goto(stranded.url + "/#/system")
+    page.locator("[data-test=overview]").get_by_text(w["down"]).wait_for(timeout=20000)
+    led = page.locator("[data-test=led] p")
+    led.wait_for()
+    assert w["led"] in led.inner_text(), led.inner_text()
+    page.context.close()

@@ -11,7 +11,7 @@ import { Settings } from './settings.js';
 import { System } from './system.js';
 import { SCHEMA, check } from './rules.js';
 import { Money, MoneyRow, noteDoc } from './moneyhook.js'; // issue 29: the money view lives in web/money.js
-import { applyTheme, getTheme, getPath, html, mqttWords, noteInfo, sectionMap } from './ui.js';
+import { applyTheme, getTheme, getPath, html, mqttWords, noteInfo, sectionMap, wifiDown } from './ui.js';
 
 const PAGES = { dashboard: Dashboard, history: History, money: Money, settings: Settings, security: Security, system: System };
 const pageOf = () => {
@@ -122,7 +122,7 @@ function StatusStrip({ info }) {
     : meter.stale ? ['warn', t('stMeterStale', age)]
     : ['ok', t('stMeterLive', age)];
   const w = wifi.connected ? ['ok', [wifi.ssid, wifi.signal_strength + ' dBm', wifi.ip_address].filter(Boolean).join(' · ')]
-    : ap.active ? ['warn', t('stAp', ap.ssid, ap.ip)] : ['err', t('stNoWifi')];
+    : ap.active ? ['warn', t('stAp', ap.ssid, ap.ip)] : ['err', wifiDown(wifi)];
   const q = mqttWords(mqtt);
   const mb = modbus.enabled ? ['ok', t('stModbusOn', modbus.clients || 0)] : ['off', t('stOff')];
   const c = clock.synced ? ['ok', t('stClockOk')] : ['warn', t('stClockNot')];

@@ -101,6 +101,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
   const base = useRef(doc); // the document vals were taken from: a value that differs is the user's edit
+  const join = useRef(null); // a WiFi section's "test and save" (JoinBox)
   const fresh = useRef(epoch);
   // Another section saved (the document reloads): keep this section's edits, take the rest from the new document.
   // After this section's own save or a restored backup, take everything.
@@ -147,6 +148,10 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
   };
   const submit = async (e) => {
     e.preventDefault();
+    // A new network or password is tried before it is stored (issue 37): a wrong one stored untested took the
+    // device off the network after the next restart.
+    const w = keys[0].slice(0, -4); // wifi.primary.
+    if (join.current && vals[w + 'enable'] && vals[w + 'ssid'] && (vals[w + 'password'] || vals[w + 'ssid'] !== initial(base.current, w + 'ssid'))) return join.current();
     const patch = {};
     const errs = {};
     for (const k of keys) {
@@ -184,11 +189,6 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
       const on = getPath(merged, 'accessPoint.password_enable');
       const hasPw = patch['accessPoint.password'] ? true : patch['accessPoint.password'] === null ? false : pwSet(doc, 'accessPoint.password');
       if (on && !hasPw && ('accessPoint.password_enable' in patch || 'accessPoint.password' in patch) && !confirm(t('confirmAp'))) return;
-    }
-    for (const p of ['primary', 'secondary']) {
-      const k = `wifi.${p}.ssid`;
-      const stored = pwSet(doc, `wifi.${p}.password`); // "the old password is used" only where one is stored
-      if (k in patch && patch[k] !== '' && !(`wifi.${p}.password` in patch) && !confirm(t(stored ? 'confirmSsid' : 'confirmSsidOpen', patch[k]))) return;
     }
     setBusy(true);
     setMsg(null);
@@ -235,7 +235,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
     ${keys.filter((k) => shown(k, vals)).map((k) => html`<${Field} k=${k} value=${vals[k]} error=${errors[k]} doc=${doc} zones=${zones} onChange=${onChange}
       clear=${!!clears[k]} onClear=${(kk, c) => setClears({ ...clears, [kk]: c })} />`)}
     ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${ScanBox} onPick=${(ssid) => onChange(keys[0], ssid)} />`}
-    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} reasons=${reasons} mark=${mark} />`}
+    ${/^wifi\.\w+\.ssid$/.test(keys[0]) && html`<${JoinBox} run=${join} profile=${keys[0].split('.')[1]} vals=${vals} onSaved=${() => onSaved(id)} reasons=${reasons} mark=${mark} />`}
     <div class="row"><button type="submit" disabled=${busy}>${t('save')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}
     ${msg && msg[2] && html`<${RestartButton} />`}
@@ -246,19 +246,19 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
 // Try the section's WiFi credentials before they are stored (POST /wifi/join): the device joins with its access
 // point kept up and stores them only when the join worked, so a wrong password never locks the owner out; the
 // answer names the address the device has there before the phone leaves the access point.
-function JoinBox({ profile, vals, onSaved, reasons, mark }) {
+function JoinBox({ run, profile, vals, onSaved, reasons, mark }) {
   const [msg, setMsg] = useState(null);
   const [busy, setBusy] = useState(false);
   const go = async () => {
     const p = `wifi.${profile}.`;
     const body = { profile, ssid: vals[p + 'ssid'] || '', password: vals[p + 'password'] || '' };
     if (vals[p + 'static_ip']) for (const k of ['static_ip', 'ip', 'subnet', 'gateway', 'dns']) body[k] = vals[p + k];
-    if (!body.ssid) {
-      setMsg(['err', t('joinNoSsid')]);
-      return;
-    }
     if (mark(reasons())) {
       setMsg(['err', t('fixErrors')]);
+      return;
+    }
+    if (!body.ssid) {
+      setMsg(['err', t('joinNoSsid')]);
       return;
     }
     setBusy(true);
@@ -279,6 +279,7 @@ function JoinBox({ profile, vals, onSaved, reasons, mark }) {
       setBusy(false);
     }
   };
+  run.current = go;
   return html`<div class="sub" data-test=${'join-' + profile}><div class="row">
     <button type="button" disabled=${busy} onClick=${go}>${t('joinTest')}</button></div>
     ${msg && html`<${Msg} kind=${msg[0]}>${msg[1]}<//>`}</div>`;

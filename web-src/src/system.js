@@ -4,7 +4,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { api, download, parseCsv, poller } from './api.js';
 import { getLang, known, t } from './i18n.js';
 import { RestartButton, RestartWait } from './settings.js';
-import { Msg, Table, errText, html, lastInfo, mqttWords, noteInfo, sectionMap, span } from './ui.js';
+import { Msg, Table, errText, html, lastInfo, mqttWords, noteInfo, sectionMap, span, wifiDown } from './ui.js';
 
 // A log as a table, newest first; `live` offers a tail that asks again every 5 s while the box is ticked and the
 // tab is visible (2 requests per 10 s; it stops when the page is left).
@@ -92,7 +92,7 @@ function Overview({ info }) {
   const rows = [
     [t('sysDevice'), `${esp.device_name} · ID ${esp.esp_id} · Firmware ${esp.os_version}`],
     [t('sysUp'), t('sysUpFor', span(up.uptime || 0), localTime(now - (up.uptime || 0), zone), t('why_' + (RESET[up.reset_reason] || 'unknown')))],
-    [t('stWifi'), wifi.connected ? t('sysWifiOn', wifi.ssid, dbm, t(dbm >= -60 ? 'sigGood' : dbm >= -70 ? 'sigFair' : 'sigWeak'), wifi.ip_address, wifi.mdns_name) : t('stNoWifi')],
+    [t('stWifi'), wifi.connected ? t('sysWifiOn', wifi.ssid, dbm, t(dbm >= -60 ? 'sigGood' : dbm >= -70 ? 'sigFair' : 'sigWeak'), wifi.ip_address, wifi.mdns_name) : wifiDown(wifi)],
     [t('stApName'), ap.active ? t('sysApOn', ap.ssid, ap.ip) : t('stOff')],
     [t('stMeter'), meter.state === undefined ? t('stMeterNone') : t('sysMeter', String(meter.protocol || '').toUpperCase(), meter.telegrams_ok, meter.crc_errors,
       meter.stale || +meter.age_s < 0 ? t('stMeterStale', meter.age_s) : t('stMeterLive', meter.age_s))],

@@ -95,6 +95,10 @@ export function mqttWords(m) {
   return ['err', m.retry_s === null || m.retry_s === undefined ? why : t('mq_next', why, span(+m.retry_s))];
 }
 
+// The station not joined, and why its last try failed (a wrong password stored, the network gone): /system/info wifi.
+export const wifiDown = (w) => t('stNoWifi') + (w.last_error ? ': ' + (/auth/i.test(w.last_error) ? t('wifiPw')
+  : /no network|not found/i.test(w.last_error) ? t('wifiGone') : w.last_error) : '');
+
 // A colour of the current theme (canvas drawing cannot read CSS variables itself).
 export const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
