@@ -215,6 +215,50 @@ def test_honest_request_is_answered_in_the_accepting_poll_while_slots_are_held(h
         s.close()
 
 
+def test_with_no_socket_to_spare_nothing_is_accepted_past_the_newcomer_in_the_momentary_place(hello):
+    """An accept with no socket left resets the client on the device (issue 36 finding 7: the probe reset while
+    every other socket was held): past a newcomer waiting in the momentary place the server accepts only while the
+    system has a socket to spare (HttpApi: the socket budget). The honest request then waits in the backlog and is
+    answered once the waiting newcomer stalled and gave its place."""
+    spare = [True]
+    hello.server.spare = lambda: spare[0]
+    held = [_partial(hello) for _ in range(HardenedServer.max_connections)]
+    hello.poll(2)
+    waiting = _partial(hello)            # the slots' own address: it waits in the momentary place
+    hello.poll(2)
+    assert hello.server.connections() == 3 and not _closed_by_server(waiting)
+    spare[0] = False                     # every other socket of the system is in use now
+    honest = _complete(hello)
+    time.sleep(0.05)
+    hello.server.poll()
+    assert _answer_now(honest) == b""    # not accepted yet: nothing to spare
+    hello.clock.advance(HardenedServer.stall_ms)
+    hello.server.poll()                  # stalled ones give way; the honest one is accepted and answered
+    assert read_all(honest, hello).startswith(b"HTTP/1.1 200")
+    for s in held + [waiting, honest]:
+        s.close()
+
+
+def test_with_both_slots_held_and_no_socket_to_spare_a_newcomer_waits_in_the_backlog_not_reset(hello):
+    """Issue 36 finding 7: the owner's probe got "Connection reset by peer" while hostile clients held every other
+    socket: with both slots busy, an accept takes the system's last socket or finds none (the client is reset).
+    With none to spare the server leaves the newcomer in the backlog (backlog_waits) and takes it once a slot is
+    done: answered, never reset."""
+    hello.server.spare = lambda: hello.server.connections() < 2
+    busy = [_partial(hello, "127.0.0.2"), _partial(hello, "127.0.0.3")]
+    hello.poll(2)
+    assert hello.server.connections() == 2
+    probe = _complete(hello)
+    time.sleep(0.05)
+    hello.poll(3)
+    assert _answer_now(probe) == b"" and hello.server.counters["backlog_waits"] >= 1   # waiting, not reset
+    busy[0].sendall(b"Host: x\r\n\r\n")   # one slot's request completes: answered, the slot is free
+    assert read_all(busy[0], hello).startswith(b"HTTP/1.1 200")
+    assert read_all(probe, hello).startswith(b"HTTP/1.1 200")
+    for s in busy + [probe]:
+        s.close()
+
+
 def test_early_error_to_a_newcomer_does_not_hold_a_socket_while_slots_are_full(hello):
     held = [_partial(hello) for _ in range(HardenedServer.max_connections)]
     hello.poll(2)

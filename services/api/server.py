@@ -128,6 +128,8 @@ class HardenedServer(Server):
     #                            one: a newcomer of another address may take its receiving connection's slot
     bad_peers = 8              # stalling addresses remembered (a fixed table, the oldest entry gives its place)
     work_deadline_ms = 20000   # an answer made in steps must be ready within this (then 503)
+    spare = None               # () -> True while one more socket may be accepted (HttpApi: the socket budget); None:
+    #                            no limit known. Accepting past a newcomer waiting in the momentary place needs it.
     accept_every_ms = 0        # > 0: while no client is connected, the listener is asked only this often (an empty
     #                            accept() raises EAGAIN, and an exception is heap garbage); HttpApi sets it
 
@@ -380,13 +382,23 @@ class HardenedServer(Server):
         for _ in range(self.accept_per_poll):
             if len(self._conns) > self.max_connections:
                 # The momentary socket is held by an answer: free it (or a stalled slot) before judging more. Held
-                # by a newcomer of the address that holds both slots (_own_grace), accepting goes on: the next
-                # newcomers are answered at accept or refused, and that one keeps its place for its request.
+                # by a newcomer of the address that holds both slots (_own_grace), accepting goes on while the
+                # system has a socket to spare (spare): the next newcomers are answered at accept or refused, and
+                # that one keeps its place for its request. With none to spare an accept would reset the client.
                 victim = self._victim(now, pressed=True)
                 if victim is not None:
                     self._evict(victim)
-                elif not self._graced():
+                elif not (self._graced() and (self.spare is None or self.spare())):
                     return
+            elif len(self._conns) == self.max_connections and self.spare is not None and not self.spare():
+                # Every socket of the system is in use: an accept now would reset the newcomer (on the device, and
+                # the host's stand-in, "Out of sockets"). Free a stalled slot first, else let it wait in the backlog
+                # until one of ours is done (issue 36 finding 7: the owner's probe reset while others held the rest).
+                victim = self._victim(now, pressed=True)
+                if victim is None:
+                    self._count("backlog_waits")
+                    return
+                self._evict(victim)
             try:
                 sock, addr = self._sock.accept()
             except OSError as exc:

@@ -142,6 +142,7 @@ class HttpApi(Module):
         server = HardenedServer(self._pool, self._dispatch, ticks=self._ticks, log=self._app.log)
         server.accept_every_ms = self.accept_every_ms
         server.flooding = self._refused_lately   # a flooder's unfinished connection gives way to a polite one
+        server.spare = self._spare_socket
         server.start(self.host, self.port)
         self._server = server
 
@@ -255,6 +256,12 @@ class HttpApi(Module):
             return True
         self._asked_at = None       # dropped once old: 2**29 ms later the stamp would look recent again
         return False
+
+    def _spare_socket(self):
+        """True while the system has a socket beyond those held (core/sockbudget.py): the server accepts past a
+        newcomer waiting in its momentary place only then (an accept with none left resets the client)."""
+        budget = getattr(self._app, "sockets", None)
+        return budget is None or budget.held() < budget.total
 
     def sockets_held(self):
         """Sockets the API holds: its listener and the connections open now (core/sockbudget.py)."""
