@@ -180,7 +180,7 @@ def _quiet(host):
                   timeout=30)
 
 
-@pytest.mark.parametrize("addresses", [1, 2, 8])
+@pytest.mark.parametrize("addresses", [1, 2, 8, 16, 40])
 def test_modbus_newcomers_are_served_beside_an_address_holding_two_silent_connections(device, addresses):
     host = device
     _quiet(host)
@@ -195,11 +195,12 @@ def test_modbus_newcomers_are_served_beside_an_address_holding_two_silent_connec
     assert served == [True] * 10, (served, _info(host)[0])
 
 
-@pytest.mark.parametrize("addresses", [1, 2, 8])
+@pytest.mark.parametrize("addresses", [1, 2, 8, 16, 40])
 def test_home_assistant_and_modbus_are_served_beside_two_anonymous_sessions(device, addresses):
     host = device
     _quiet(host)
-    strangers = ["127.0.0.%d" % (60 + i % addresses) for i in range(2)]
+    # two anonymous sessions held, by openers from this many addresses (each tries again 2 s after losing its own)
+    strangers = ["127.0.0.%d" % (60 + i % addresses) for i in range(max(2, addresses))]
     ha = "127.0.0.5"
     assert host.get("/api/v1/history/latest", headers={"Authorization": "Bearer " + READ},
                     retry_429_for=10)[0] == 200
