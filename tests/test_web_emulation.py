@@ -147,3 +147,40 @@ def test_the_pages_emulation_rules_match_the_devices(browser, emu):  # noqa: F81
              if (check(k, v, lambda z: True)[1] is None) != (js == "")]
     assert wrong == []
     page.context.close()
+
+
+def test_a_save_that_costs_discovery_its_txt_records_says_so_in_the_page(browser, tmp_path_factory):  # noqa: F811
+    """Issue 36 finding 6: Modbus switched on beside the Shelly emulation with a UDP port leaves the device's own mDNS
+    responder no socket; the save's answer carries warnings ["mdns_txt: ..."] and the page says it in words (de and
+    en); a save that costs nothing says nothing of it."""
+    from tests.test_api_harness import start_host
+
+    host = start_host(tmp_path_factory, "web-mdns-txt", settings={
+        "emulation": {"shelly": True, "shellyUdpPort": 1010, "shellyUdpPort2": 0}})
+    try:
+        for lang, words in (("de", "ohne TXT-Einträge"), ("en", "without TXT records")):
+            host.post("/api/v1/settings", {"modbus": {"enable": False}, "ledEnable": True})
+            page = _page(browser)
+            if lang == "en":
+                page.add_init_script("localStorage.setItem('mp.lang', 'en')")
+            page.goto(host.url + "/#/settings/modbus")
+            form = page.locator("#s-modbus")
+            form.wait_for()
+            form.locator('[name="modbus.enable"]').set_checked(True)
+            with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url) as resp:
+                form.locator("button[type=submit]").first.click()
+            assert resp.value.status == 200 and resp.value.json()["warnings"][0].startswith("mdns_txt:")
+            form.locator(".msg.ok").wait_for()
+            assert words in form.locator(".msg.ok").inner_text()
+            page.goto(host.url + "/#/settings/general")
+            general = page.locator("#s-general")
+            general.wait_for()
+            general.locator('[name="ledEnable"]').set_checked(False)
+            with page.expect_response(lambda r: r.request.method == "POST" and "/api/v1/settings" in r.url):
+                general.locator("button[type=submit]").first.click()
+            general.locator(".msg.ok").wait_for()
+            assert words not in general.locator(".msg.ok").inner_text()
+            assert page.errors == []
+            page.context.close()
+    finally:
+        host.stop()

@@ -197,6 +197,7 @@ function Section({ id, keys, doc, zones, onSaved, onDirty, hidden, epoch, childr
       const parts = [t('saved')];
       if (r.applied_now && r.applied_now.length) parts.push(t('appliedNow', names(r.applied_now)));
       if (r.after_restart && r.after_restart.length) parts.push(t('afterRestart', names(r.after_restart)));
+      if ((r.warnings || []).some((w) => w.startsWith('mdns_txt'))) parts.push(t('mdnsTxt'));   // issue 36: discovery
       setMsg(['ok', parts.join(' '), r.restart_required]);
       onSaved(id);
       // MQTT connects with the new settings at once: its answer (connected, or why not) joins "saved" within
