@@ -82,15 +82,14 @@ class Tariff:
 
     def book_quarter(self, rec):
         """(ic, ec, flags) to book with a HighRes record (seq, t, day, power, off, flags, a, b, c, d): the cost of
-        its energies at the prices in force. A record whose energy spans a gap (F_GAP) is priced only with a fixed
-        price: under time-varying prices nobody knows which quarter hours that energy fell in."""
+        its energies at the prices in force. The import of a record whose energy spans a gap (F_GAP) is priced only
+        with a fixed price: under time-varying prices nobody knows which quarter hours that energy fell in. Its
+        export is always priced: the feed-in compensation is fixed in every mode."""
         flags = 0
         ic = ec = 0
         if not self.on:
             return 0, 0, 0
-        if rec[5] & hs.F_GAP and self.mode != FIXED:
-            return 0, 0, 0
-        p = self.import_at(rec[1], rec[4])
+        p = None if rec[5] & hs.F_GAP and self.mode != FIXED else self.import_at(rec[1], rec[4])
         if p is not None:
             ic = cost(rec[8], p)
             flags |= hs.F_IC
