@@ -427,6 +427,20 @@ class History(Module):
                     last = r[2]
                     yield r
 
+    def first_day(self):
+        """The local day of the oldest day record (flash, RAM, the open day), or None when there is none; reads at
+        most two slots of the flash (store.oldest)."""
+        if self.store_ok:
+            try:
+                r = self.store.oldest(hs.LR)
+            except OSError:
+                r = None
+            if r is not None:
+                return r[2]
+        for r in self.lr:
+            return r[2]
+        return self._day[0] if self._day is not None else None
+
     def _keep_recent(self, reading, utc):
         p = reading.values.get("16.7.0")
         if p is not None:

@@ -633,6 +633,22 @@ class HistoryStore:
                         pos = ring.head
                     self.written[i] += 1
 
+    def oldest(self, kind):
+        """The oldest readable record of one ring, or None: the slot at the head (a ring that has wrapped) or slot
+        0 (one that has not), two reads of one slot; only torn slots there make it read on along the ring."""
+        ring = self.hr if kind == HR else self.lr
+        if ring.last is None:
+            return None
+        buf = memoryview(self._buf)[:ring.rsize]
+        with self.opener(self.path, "rb") as f:
+            for slot in (ring.head, 0):
+                f.seek(ring.offset(slot))
+                if f.readinto(buf) == ring.rsize:
+                    r = ring.unpack(buf, ring.kind)
+                    if r is not None:
+                        return r
+        return _next(ring.records(self.opener, self.path, bytearray(READ_BATCH * REC_SIZE)))
+
     def records(self, kind, max_seq=0xFFFFFFFF, first_day=-(1 << 30), end_day=1 << 30, ticks=False):
         """Readable records of one ring, oldest first, of days in [first_day, end_day) (a generator)."""
         ring = self.hr if kind == HR else self.lr

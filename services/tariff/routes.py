@@ -39,9 +39,12 @@ class Sums:
         if r[9] and not f & (hs.F_EC | hs.F_NO_EXPORT):
             self.flags |= hs.F_EC_PART
 
-    def json(self):
+    def json(self, unknown_empty=False):
         """The totals object: money to the cent, null where no price was known; complete is false when some
-        energy had no price."""
+        energy had no price. unknown_empty: without any record every value is null (a day or month the history
+        holds nothing of: its energy is unknown, not 0)."""
+        if unknown_empty and not self.n:
+            return _UNKNOWN
         flags = self.flags
         has_ic = bool(flags & hs.F_IC)
         has_ec = bool(flags & hs.F_EC) or (self.n > 0 and not self.exp and has_ic)
@@ -50,6 +53,10 @@ class Sums:
         return ('{"import_kwh":%s,"import_cost":%s,"export_kwh":%s,"export_revenue":%s,"net":%s,"complete":%s}'
                 % (hs.kwh(self.imp), _money(self.ic, has_ic), hs.kwh(self.exp), _money(self.ec, has_ec), net,
                    "true" if complete else "false"))
+
+
+_UNKNOWN = ('{"import_kwh":null,"import_cost":null,"export_kwh":null,"export_revenue":null,"net":null,'
+            '"complete":false}')
 
 
 def sums_json(recs):
@@ -82,9 +89,10 @@ def _with_fee(obj, micro):
 
 
 def cost_chunks(history, tariff, today, day, resolution):
-    """Chunks of /api/v1/cost: today, this month, this year (LowRes sums) and the items of day. The flash is read
-    a batch at a time with an empty chunk between batches (the server sends none): the loop gets the CPU back
-    between reads, and nothing but the running sums and the day's item texts is held."""
+    """Chunks of /api/v1/cost: today, this month, this year (LowRes sums), day (its day record: also a day whose
+    quarter hours the 30-day ring no longer holds) and the items of day. The flash is read a batch at a time with
+    an empty chunk between batches (the server sends none): the loop gets the CPU back between reads, and nothing
+    but the running sums and the day's item texts is held."""
     y, _m, _d = civil_from_days(today)
     month0 = _month_first(today)
     year0 = days_from_civil(y, 1, 1)
@@ -92,11 +100,16 @@ def cost_chunks(history, tariff, today, day, resolution):
     s_today = Sums()
     s_month = Sums()
     s_year = Sums()
+    s_day = Sums()
     months = 0
     seen = -1
-    for r in history.days_between(year0, today + 1, True):
+    for r in history.days_between(day if day < year0 else year0, today + 1, True):
         if r is None:
             yield ""
+            continue
+        if r[2] == day:
+            s_day.add(r)
+        if r[2] < year0:
             continue
         s_year.add(r)
         if r[2] >= month0:
@@ -109,7 +122,7 @@ def cost_chunks(history, tariff, today, day, resolution):
             months += 1
     fee = t.base_fee if t.on else 0
     parts = []
-    s_day = Sums()
+    s_quarters = Sums()
     group = None     # [key, start, offset, Sums]
 
     def item(g):
@@ -119,7 +132,7 @@ def cost_chunks(history, tariff, today, day, resolution):
         if r is None:
             yield ""
             continue
-        s_day.add(r)
+        s_quarters.add(r)
         key = r[1] if resolution == "quarter" else ((r[1] + r[4] * 60) // 3600, r[4])
         if group is None or group[0] != key:
             if group is not None:
@@ -136,10 +149,94 @@ def cost_chunks(history, tariff, today, day, resolution):
         q = now - now % _Q
         price = t.import_at(q, (clock.local(q) - q) // 60)
     now_text = price_text(price) if price is not None else "null"
+    if not s_day.n:
+        s_day = s_quarters    # no day record (a RAM-only history cut short): what the quarter hours hold
     yield ('{"currency":"%s","mode":"%s","price_now":%s,"today":%s,"month":%s,"year":%s,"date":"%s",'
-           '"resolution":"%s","day":%s,"items":[%s]}' % (
+           '"resolution":"%s","day":%s,"quarter_hours_kept":%s,"items":[%s]}' % (
                t.currency, t.mode, now_text, s_today.json(), _with_fee(s_month.json(), fee),
-               _with_fee(s_year.json(), fee * months), hs.date_str(day), resolution, s_day.json(), ",".join(parts)))
+               _with_fee(s_year.json(), fee * months), hs.date_str(day), resolution, s_day.json(True),
+               "true" if s_quarters.n else "false", ",".join(parts)))
+
+
+def _month_text(mk):
+    return "%04d-%02d" % (mk // 12, mk % 12 + 1)
+
+
+def period_chunks(history, tariff, today, first_day, end_day, by_month):
+    """Chunks of /api/v1/cost?month= (items per day, by_month False) or ?year= (items per month) for the local days
+    [first_day, end_day): the totals and an item per day or month that has a day record, from the day records
+    (LowRes, two years) read a batch at a time like cost_chunks. Each month with records carries the base fee."""
+    t = tariff.tariff
+    fee = t.base_fee if t.on else 0
+    total = Sums()
+    parts = []
+    group = None    # [month, Sums]
+    months = 0
+    if end_day > today + 1:
+        end_day = today + 1
+    for r in history.days_between(first_day, end_day, True):
+        if r is None:
+            yield ""
+            continue
+        total.add(r)
+        mk = pk.month_of(r[2])
+        if group is None or group[0] != mk:
+            if group is not None and by_month:
+                parts.append('{"month":"%s",%s' % (_month_text(group[0]), _with_fee(group[1].json(), fee)[1:]))
+            group = [mk, Sums()]
+            months += 1
+        if by_month:
+            group[1].add(r)
+        else:
+            one = Sums()
+            one.add(r)
+            parts.append('{"date":"%s","timestamp":%d,%s' % (hs.date_str(r[2]), r[1], one.json()[1:]))
+    if group is not None and by_month:
+        parts.append('{"month":"%s",%s' % (_month_text(group[0]), _with_fee(group[1].json(), fee)[1:]))
+    if by_month:
+        period = "%04d" % civil_from_days(first_day)[0]
+    else:
+        period = _month_text(pk.month_of(first_day))
+    total_text = _with_fee(total.json(), fee * months) if total.n else total.json(True)
+    yield '{"currency":"%s","mode":"%s","period":"%s","resolution":"%s","total":%s,"items":[%s]}' % (
+        t.currency, t.mode, period, "month" if by_month else "day", total_text, ",".join(parts))
+
+
+def parse_month(text):
+    """(first day, end day) of a strict YYYY-MM (1970..2105); BadRequest otherwise."""
+    if text is None or len(text) != 7 or text[4] != "-":
+        raise BadRequest("month must be YYYY-MM")
+    y, m = ascii_uint(text[:4], 4), ascii_uint(text[5:], 2)
+    if y is None or m is None:
+        raise BadRequest("month must be YYYY-MM")
+    if not 1970 <= y <= 2105:
+        raise BadRequest("month: year out of range 1970..2105")
+    if not 1 <= m <= 12:
+        raise BadRequest("month: no such month (01..12)")
+    first = days_from_civil(y, m, 1)
+    return first, _next_month_first(first)
+
+
+def parse_year(text):
+    """(first day, end day) of a strict YYYY (1970..2105); BadRequest otherwise."""
+    y = ascii_uint(text, 4) if text is not None and len(text) == 4 else None
+    if y is None:
+        raise BadRequest("year must be YYYY")
+    if not 1970 <= y <= 2105:
+        raise BadRequest("year out of range 1970..2105")
+    return days_from_civil(y, 1, 1), days_from_civil(y + 1, 1, 1)
+
+
+def check_period(name, text, span, today, first):
+    """BadRequest for a month or year that has not begun (after today) or ended before the oldest day record
+    (first: its day, None when the history holds none yet)."""
+    if span[0] > today:
+        raise BadRequest("%s %s is in the future" % (name, text))
+    if first is None:
+        if span[1] <= today:
+            raise BadRequest("%s %s: no history recorded yet" % (name, text))
+    elif span[1] <= first:
+        raise BadRequest("%s %s: no history before %s" % (name, text, hs.date_str(first)))
 
 
 def cost_body(history, tariff, today, day, resolution):
@@ -283,15 +380,32 @@ def routes(app):
             return bad
         svc = app.tariff
         today = svc.local_day(app.clock.time())
+        history = app.history
         try:
             date = query(request, "date")
+            month = query(request, "month")
+            year = query(request, "year")
+            res = query(request, "resolution")
+            if (date is not None) + (month is not None) + (year is not None) > 1:
+                raise BadRequest("give one of date, month, year")
+            if month is not None or year is not None:
+                if res is not None:
+                    raise BadRequest("resolution goes with date only")
+                if month is not None:
+                    span = parse_month(month)
+                    check_period("month", month, span, today, history.first_day())
+                else:
+                    span = parse_year(year)
+                    check_period("year", year, span, today, history.first_day())
+                by_month = year is not None
+                return ChunkedResponse(request, lambda: period_chunks(history, svc, today, span[0], span[1],
+                                                                      by_month), content_type=_JSON)
             day = today if date is None else parse_date(date, "date")
-            res = query(request, "resolution") or "hour"
+            res = res or "hour"
             if res not in ("hour", "quarter"):
                 raise BadRequest("resolution must be hour or quarter")
         except BadRequest as exc:
             return error_response(request, 400, str(exc))
-        history = app.history
         return ChunkedResponse(request, lambda: cost_chunks(history, svc, today, day, res), content_type=_JSON)
 
     def tariff(request):
