@@ -286,3 +286,24 @@ def test_a_gap_record_books_its_export_revenue_in_every_mode(mode):
     body = json.loads(tr.cost_body(sim.h, service(sim), day, day, "hour"))
     assert dec(body["day"]["export_revenue"]) == cents(sum(r[11] for r in sim.hr()))
     assert body["day"]["complete"] is False                      # the gap's import has no price
+
+
+def test_the_answers_have_the_fields_docs_openapi_promises():
+    import os
+
+    import yaml
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "openapi.yaml"), encoding="utf-8") as f:
+        schemas = yaml.safe_load(f)["components"]["schemas"]
+    sums = schemas["CostSums"]
+    sim = year_end_sim()
+    svc = service(sim)
+    for query, name in (({"month": "2025-12"}, "CostPeriod"), ({"year": "2026"}, "CostPeriod"),
+                        ({"date": "2025-11-30"}, "Cost"), ({}, "Cost")):
+        status, body = get_cost(sim, svc, **query)
+        assert status == 200 and set(schemas[name]["required"]) <= set(body) <= set(schemas[name]["properties"])
+        totals = [body["total"]] if name == "CostPeriod" else [body[k] for k in ("today", "month", "year", "day")]
+        for s in totals + body["items"]:
+            assert set(sums["required"]) <= set(s)
+            extra = set(s) - set(sums["properties"])
+            assert extra <= {"date", "timestamp", "month", "start"}, extra
