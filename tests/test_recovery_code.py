@@ -325,3 +325,14 @@ def test_a_token_confirmed_in_the_window_is_the_owners(owner):
     assert owner.confirm(body["pending"]["token_write"])[0] == 200
     assert owner.app.auth.level(body["pending"]["token_write"]) == WRITE
     assert owner.generate(code)[0] == 401                 # one pair per press: the confirm closed the window
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'"123456"', b"7", b"{"])
+def test_a_body_that_is_no_json_object_is_a_400_and_costs_no_try(owner, body):
+    """Bad input in the window: a list, a string, a number or broken JSON is a clear 400, never a 500, and counts
+    no wrong try (the owner's right code still works afterwards)."""
+    code = owner.press()
+    for _ in range(4):
+        assert owner.generate(body=body)[0] == 400
+    status, _h, answer = owner.generate(code)
+    assert status == 200 and answer["pending"]["token_write"]

@@ -156,18 +156,15 @@ def _apply(app, request, patch):
     return JSONResponse(request, answer)
 
 
-_SOCKET_FEATURES = ("mqtt.enable", "modbus.enable", "emulation.shelly", "emulation.shellyUdpPort",
-                    "emulation.shellyUdpPort2", "emulation.sma", "accessPoint.enable")
-
-
 def _discovery_warning(doc, changed):
     """What a change of the features that hold sockets costs mDNS discovery: with them all on, our responder may not
     have a socket (core/sockbudget.py responder_fits), CircuitPython's answers without TXT records, and Home
     Assistant's WattWaechter integration cannot be set up by discovery (issue 36 finding 6)."""
     from core.settings import _get
+    from core.settings_check import _SOCKET_KEYS   # held for the save already: the keys whose features hold sockets
     from core.sockbudget import responder_fits
 
-    if not any(k in changed for k in _SOCKET_FEATURES):
+    if not any(k in changed for k in _SOCKET_KEYS):
         return None
 
     def get(key, default=None):
