@@ -271,9 +271,9 @@ class ModbusServer(Module):
             # accept, so an idle poll costs no budget count; the momentary socket is back before HTTP polls.
             rank = KNOWN if n < self.max_clients else ANON
             if budget is None or (budget.could_take(1, rank) and budget.may_take(1, rank)):
-                for c in self._clients[:limit]:
-                    if c.sock is None:
-                        free = c
+                for i in range(limit):          # not a slice: no list made per newcomer
+                    if self._clients[i].sock is None:
+                        free = self._clients[i]
                         break
             else:
                 short = True
